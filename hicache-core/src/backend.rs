@@ -1,0 +1,250 @@
+//! The contract every storage plugin implements.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::key::ObjectKey;
+use crate::memory::{MemKind, MemoryRegion, RegionId, Slice};
+
+/// Whether a backend stores files (addressed by path, routed over storage dirs) or objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Files on a (local, parallel or GPU-direct) filesystem.
+    File,
+    /// Objects in an object store (S3 and friends).
+    Object,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::File => "FILE",
+            BackendKind::Object => "OBJ",
+        })
+    }
+}
+
+/// What a backend can do, as plain data. Drives transfer-mode decisions and test gating.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Capability {
+    /// Transfers bypass the page cache (O_DIRECT or equivalent).
+    pub direct_io: bool,
+    /// Required alignment of memory addresses, object offsets and lengths, in bytes (1 when
+    /// anything goes). Under direct I/O this is the storage's real alignment (statx DIOALIGN).
+    pub io_alignment: u64,
+    /// Transfers can target GPU memory without a host copy.
+    pub gpu_direct: bool,
+    /// Host memory can be registered.
+    pub host_memory: bool,
+    /// Device memory can be registered.
+    pub device_memory: bool,
+    /// An object becomes visible only once complete (crash-safe publish).
+    pub atomic_publish: bool,
+    /// Largest object the backend accepts, if bounded.
+    pub max_object_size: Option<u64>,
+    /// Most segments one item may gather from / scatter to.
+    pub max_segments: u32,
+    /// Data survives a process restart.
+    pub persistent: bool,
+}
+
+impl Capability {
+    /// Whether memory of this kind can be registered.
+    pub fn accepts(&self, kind: MemKind) -> bool {
+        match kind {
+            MemKind::Host => self.host_memory,
+            MemKind::Device { .. } => self.device_memory,
+        }
+    }
+}
+
+/// Identity of a backend instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BackendInfo {
+    /// Plugin name, e.g. `POSIX`.
+    pub name: String,
+    /// Plugin version.
+    pub version: String,
+    /// File or object storage.
+    pub kind: BackendKind,
+    /// What it can do.
+    pub capability: Capability,
+    /// Where it stores data (dirs, bucket URL), for humans.
+    pub location: String,
+}
+
+/// One object to write: its bytes are the concatenation of `segments`, in order.
+#[derive(Clone, Copy, Debug)]
+pub struct WriteItem<'a> {
+    /// The object's name.
+    pub key: &'a ObjectKey,
+    /// Where the bytes come from.
+    pub segments: &'a [Slice],
+}
+
+/// One object to read: its bytes are scattered into `segments`, in order.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadItem<'a> {
+    /// The object's name.
+    pub key: &'a ObjectKey,
+    /// Where the bytes go. Their total length must equal the object's length.
+    pub segments: &'a [Slice],
+}
+
+impl WriteItem<'_> {
+    /// Total bytes of the object.
+    pub fn len(&self) -> u64 {
+        self.segments.iter().map(|s| s.len).sum()
+    }
+
+    /// Whether the object is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl ReadItem<'_> {
+    /// Total bytes expected.
+    pub fn len(&self) -> u64 {
+        self.segments.iter().map(|s| s.len).sum()
+    }
+
+    /// Whether nothing is expected.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Why a read found no valid page.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum MissReason {
+    /// No object under that name.
+    NotFound,
+    /// The object exists but its length is not what the reader expects (torn, truncated,
+    /// or written with another geometry).
+    SizeMismatch {
+        /// Bytes the reader expected.
+        expected: u64,
+        /// Bytes stored.
+        found: u64,
+    },
+    /// The envelope header is not a hicache header or not this version.
+    BadHeader {
+        /// What is wrong.
+        detail: String,
+    },
+    /// The object belongs to another namespace (model, rank, layout, dtype, geometry).
+    ForeignNamespace,
+    /// The header names another key (a renamed or misplaced file).
+    KeyMismatch,
+    /// The payload does not match its checksum.
+    ChecksumMismatch,
+}
+
+impl fmt::Display for MissReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MissReason::NotFound => f.write_str("not found"),
+            MissReason::SizeMismatch { expected, found } => {
+                write!(f, "size mismatch: expected {expected} bytes, found {found}")
+            }
+            MissReason::BadHeader { detail } => write!(f, "bad header: {detail}"),
+            MissReason::ForeignNamespace => f.write_str("written by another namespace"),
+            MissReason::KeyMismatch => f.write_str("header names another key"),
+            MissReason::ChecksumMismatch => f.write_str("payload checksum mismatch"),
+        }
+    }
+}
+
+impl MissReason {
+    /// Whether the object exists but is not valid for this reader (corrupt, torn, foreign).
+    pub fn is_invalid_object(&self) -> bool {
+        !matches!(self, MissReason::NotFound)
+    }
+}
+
+/// The result of reading one object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ReadOutcome {
+    /// The object was read in full into its segments.
+    Hit,
+    /// No valid object: the segments' contents are unspecified.
+    Miss(MissReason),
+}
+
+impl ReadOutcome {
+    /// Whether the read delivered the page.
+    pub fn is_hit(&self) -> bool {
+        matches!(self, ReadOutcome::Hit)
+    }
+}
+
+/// Capacity numbers for the capacity manager and `hicache doctor`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Total bytes of the storage (summed over dirs), if known.
+    pub total_bytes: Option<u64>,
+    /// Bytes in use, if known.
+    pub used_bytes: Option<u64>,
+    /// Bytes still free for this user, if known.
+    pub available_bytes: Option<u64>,
+}
+
+/// A batch-oriented storage engine: the one trait every plugin implements.
+///
+/// See the [`crate::docs::backend_design`] note for how io_uring, object stores, cuFile,
+/// 3FS usrbio and C-ABI plugins map onto it.
+///
+/// # Behavior
+/// - Batches return **one result per item**, in order; one failing item never fails others.
+/// - `write` publishes each object atomically when [`Capability::atomic_publish`] is set:
+///   a reader sees the old object, the new one, or none — never a mix. Writing an existing
+///   key replaces it.
+/// - `read` of a missing object is `Ok(ReadOutcome::Miss(MissReason::NotFound))`; an object
+///   whose length differs from the segments' total is `Miss(SizeMismatch)`; both leave the
+///   store unchanged. `Err` is kept for failures (I/O error, timeout, bad slice).
+/// - Every slice is checked against the registrations before I/O: an unknown region or an
+///   out-of-range slice is [`Error::UnregisteredRegion`](crate::Error::UnregisteredRegion) /
+///   [`Error::SliceOutOfRange`](crate::Error::SliceOutOfRange) for that item; under direct
+///   I/O a misaligned slice is [`Error::Misaligned`](crate::Error::Misaligned), never an EINVAL
+///   from the kernel.
+/// - `exists` creates nothing; `remove` of a missing key is `Ok(())`.
+/// - An empty batch returns an empty vector and does no I/O.
+#[async_trait]
+pub trait StorageBackend: Send + Sync + fmt::Debug + 'static {
+    /// Name, version, kind, capability, location.
+    fn info(&self) -> BackendInfo;
+
+    /// Makes memory available for transfers; returns the id transfers name it by.
+    fn register(&self, region: MemoryRegion) -> Result<RegionId>;
+
+    /// Releases a registration. Transfers naming it afterwards fail with a typed error.
+    fn deregister(&self, id: RegionId) -> Result<()>;
+
+    /// Writes each item's segments as one object.
+    async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>>;
+
+    /// Reads each object into its item's segments.
+    async fn read(&self, batch: &[ReadItem<'_>]) -> Vec<Result<ReadOutcome>>;
+
+    /// Whether each object exists (complete objects only).
+    async fn exists(&self, keys: &[ObjectKey]) -> Vec<Result<bool>>;
+
+    /// Removes each object; a missing object is not an error.
+    async fn remove(&self, keys: &[ObjectKey]) -> Vec<Result<()>>;
+
+    /// Capacity figures.
+    async fn usage(&self) -> Result<Usage>;
+}
+
+/// A shared, type-erased backend.
+pub type DynBackend = Arc<dyn StorageBackend>;

@@ -1,0 +1,1191 @@
+//! The connector engines call: `HiCache` turns page keys and host page indices into backend
+//! transfers, choosing zero-copy, bounce or anchor per pool and framing pages in envelopes.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use serde::Serialize;
+
+use crate::backend::{
+    BackendInfo, Capability, DynBackend, MissReason, ReadItem, ReadOutcome, WriteItem,
+};
+use crate::config::Config;
+use crate::envelope::{self, FLAG_ANCHOR, HEADER_FIELDS_LEN, Header, PageFormat};
+use crate::error::{Error, Result};
+use crate::key::{
+    KvPart, Namespace, NamingScheme, ObjectKey, ObjectNamer, PageKey, StorageIdentity,
+};
+use crate::memory::{MemoryRegion, RegionId, Slice, align_up};
+use crate::pool::{HostPool, PoolGeometry};
+use crate::registry::{PluginRegistry, Selection};
+use crate::staging::StagingPool;
+
+/// SGLang's largest batch; also the default number of slots per staging chunk.
+pub const STORAGE_BATCH_SIZE: usize = 128;
+
+/// Connector tuning and the engine identity.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct HiCacheOptions {
+    /// Who stores (model, ranks); with the pool this forms the namespace.
+    pub identity: StorageIdentity,
+    /// Most bytes of one staging chunk (bounce slots, headers).
+    pub staging_chunk_bytes: u64,
+    /// Most slots (objects) per staging chunk and pages per backend call.
+    pub max_slots_per_chunk: usize,
+    /// Most staging chunks per direction (bounds staging memory and concurrency).
+    pub max_staging_chunks: usize,
+}
+
+impl Default for HiCacheOptions {
+    fn default() -> Self {
+        HiCacheOptions {
+            identity: StorageIdentity::default(),
+            staging_chunk_bytes: 64 << 20,
+            max_slots_per_chunk: STORAGE_BATCH_SIZE,
+            max_staging_chunks: 4,
+        }
+    }
+}
+
+impl HiCacheOptions {
+    /// Options for `identity` with default tuning.
+    pub fn new(identity: StorageIdentity) -> Self {
+        HiCacheOptions {
+            identity,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the staging chunk size in bytes.
+    pub fn with_staging_chunk_bytes(mut self, bytes: u64) -> Self {
+        self.staging_chunk_bytes = bytes;
+        self
+    }
+
+    /// Sets the slots per chunk.
+    pub fn with_max_slots_per_chunk(mut self, slots: usize) -> Self {
+        self.max_slots_per_chunk = slots.max(1);
+        self
+    }
+}
+
+/// How a pool's pages move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferMode {
+    /// The backend reads and writes the pool's spans in place.
+    ZeroCopy,
+    /// Pages are copied through aligned staging slots.
+    Bounce,
+    /// The pool has no bytes: small marker objects stand for pages.
+    Anchor,
+}
+
+impl fmt::Display for TransferMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TransferMode::ZeroCopy => "zero-copy",
+            TransferMode::Bounce => "bounce",
+            TransferMode::Anchor => "anchor",
+        })
+    }
+}
+
+/// Decides the transfer mode of a pool whose memory starts at `base` (`None`: anchor pool).
+///
+/// Zero-copy needs every span (base and length) aligned to the backend's direct-I/O alignment
+/// and few enough spans per object; SGLang naming additionally keeps `layer_first` pools in
+/// bounce mode, because SGLang stores those as flat pages under one name.
+pub fn decide_mode(
+    geometry: &PoolGeometry,
+    base: Option<u64>,
+    capability: &Capability,
+    naming: NamingScheme,
+) -> (TransferMode, String) {
+    let Some(base) = base else {
+        return (
+            TransferMode::Anchor,
+            "the pool has no KV bytes (logical anchor pool); pages are tracked by marker objects"
+                .into(),
+        );
+    };
+    let align = effective_alignment(capability);
+    let spans = geometry.spans_per_page();
+    if naming == NamingScheme::Sglang && spans > 2 {
+        return (
+            TransferMode::Bounce,
+            format!(
+                "{} pages have {spans} spans and SGLang naming stores them as one flat page",
+                geometry.layout
+            ),
+        );
+    }
+    // One more segment for the envelope header.
+    if spans + 1 > u64::from(capability.max_segments.max(1)) {
+        return (
+            TransferMode::Bounce,
+            format!(
+                "a {} page has {spans} spans, more than the {} segments per object the backend takes",
+                geometry.layout, capability.max_segments
+            ),
+        );
+    }
+    if !geometry.spans_aligned(base, align) {
+        return (
+            TransferMode::Bounce,
+            format!(
+                "direct I/O needs {align}-byte alignment but the pool base {base:#x} or its span length {} is not a multiple of it",
+                geometry.span_len()
+            ),
+        );
+    }
+    let why = if align > 1 {
+        format!(
+            "base and {spans} span(s) of {} bytes per page are {align}-byte aligned",
+            geometry.span_len()
+        )
+    } else {
+        format!("direct I/O is off; {spans} span(s) per page move in place")
+    };
+    (TransferMode::ZeroCopy, why)
+}
+
+fn effective_alignment(capability: &Capability) -> u64 {
+    if capability.direct_io {
+        capability.io_alignment.max(1)
+    } else {
+        1
+    }
+}
+
+/// What `register_pool` decided, for logs, `hicache doctor` and callers.
+#[derive(Clone, Debug, Serialize)]
+pub struct PoolReport {
+    /// The transfer mode.
+    pub mode: TransferMode,
+    /// Why.
+    pub reason: String,
+    /// Bytes of one page.
+    pub page_bytes: u64,
+    /// Spans per page in the host pool.
+    pub spans_per_page: u64,
+    /// Objects per page in storage.
+    pub objects_per_page: u64,
+    /// Bytes stored per page (headers and padding included).
+    pub stored_bytes_per_page: u64,
+    /// Alignment applied to transfers.
+    pub io_alignment: u64,
+    /// Object naming.
+    pub naming: NamingScheme,
+    /// Object framing.
+    pub page_format: PageFormat,
+    /// Short namespace digest (part of object names under hicache naming).
+    pub namespace: String,
+    /// Whether this rank writes (MLA: only TP rank 0 does).
+    pub writer: bool,
+    /// Staging memory per chunk, bytes (0 when none is needed).
+    pub staging_chunk_bytes: u64,
+}
+
+/// Host pages named by page index or, like SGLang, by token index.
+#[derive(Clone, Copy, Debug)]
+pub enum HostSlots<'a> {
+    /// One page index per key.
+    Pages(&'a [u64]),
+    /// `page_tokens` contiguous token indices per key, the first page-aligned.
+    Tokens(&'a [u64]),
+}
+
+/// Result of writing one page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SetOutcome {
+    /// The page is stored.
+    Written,
+    /// Nothing was written: this rank is not the writer of a rank-replicated (MLA) pool.
+    SkippedNotWriter,
+}
+
+/// Counters of the connector.
+#[derive(Debug, Default)]
+struct Counters {
+    pages_written: AtomicU64,
+    pages_hit: AtomicU64,
+    pages_not_found: AtomicU64,
+    pages_invalid: AtomicU64,
+    page_errors: AtomicU64,
+    bytes_written: AtomicU64,
+    bytes_read: AtomicU64,
+}
+
+/// A snapshot of the connector's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Pages stored.
+    pub pages_written: u64,
+    /// Pages read and verified.
+    pub pages_hit: u64,
+    /// Reads that found no object.
+    pub pages_not_found: u64,
+    /// Reads that found an invalid object (torn, corrupt, foreign).
+    pub pages_invalid: u64,
+    /// Pages that failed with an error.
+    pub page_errors: u64,
+    /// Payload bytes written.
+    pub bytes_written: u64,
+    /// Payload bytes read.
+    pub bytes_read: u64,
+}
+
+/// One object of a page: which spans it holds and its name suffix.
+#[derive(Clone, Debug)]
+struct Part {
+    kv: Option<KvPart>,
+    spans: Range<u64>,
+}
+
+/// Everything fixed once a pool is registered.
+struct PoolState {
+    backend: DynBackend,
+    pool: Arc<dyn HostPool>,
+    geometry: PoolGeometry,
+    /// Keeps the pool memory alive while registered.
+    _memory: Option<MemoryRegion>,
+    base: usize,
+    pool_region: Option<RegionId>,
+    mode: TransferMode,
+    format: PageFormat,
+    namer: ObjectNamer,
+    namespace: Namespace,
+    parts: Vec<Part>,
+    align: u64,
+    header_len: u64,
+    /// Payload bytes of one object (a part's spans, a page, or a marker).
+    payload_len: u64,
+    write_staging: Option<StagingPool>,
+    read_staging: Option<StagingPool>,
+    objects_per_call: usize,
+    writer: bool,
+    report: PoolReport,
+}
+
+impl fmt::Debug for PoolState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolState")
+            .field("report", &self.report)
+            .finish()
+    }
+}
+
+impl Drop for PoolState {
+    fn drop(&mut self) {
+        if let Some(id) = self.pool_region.take()
+            && let Err(e) = self.backend.deregister(id)
+        {
+            tracing::debug!(error = %e, "deregistering the pool failed");
+        }
+    }
+}
+
+/// The storage connector: one backend, one registered host pool.
+///
+/// All methods take `&self` and may be called from several threads at once (prefetch,
+/// backup and existence threads, as SGLang does).
+pub struct HiCache {
+    backend: DynBackend,
+    info: BackendInfo,
+    config: Config,
+    options: HiCacheOptions,
+    selection: Option<String>,
+    state: RwLock<Option<Arc<PoolState>>>,
+    counters: Counters,
+}
+
+impl fmt::Debug for HiCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HiCache")
+            .field("backend", &self.info.name)
+            .field("selection", &self.selection)
+            .finish()
+    }
+}
+
+impl HiCache {
+    /// Selects a plugin from `registry` for `config`, builds it, and wraps it.
+    pub fn open(
+        registry: &PluginRegistry,
+        config: Config,
+        options: HiCacheOptions,
+    ) -> Result<Self> {
+        let (backend, selection) = registry.open(&config)?;
+        Self::build(backend, config, options, Some(&selection))
+    }
+
+    /// Wraps a backend built elsewhere (tests, embedding, dynamic plugins).
+    pub fn with_backend(
+        backend: DynBackend,
+        config: Config,
+        options: HiCacheOptions,
+    ) -> Result<Self> {
+        Self::build(backend, config, options, None)
+    }
+
+    fn build(
+        backend: DynBackend,
+        config: Config,
+        options: HiCacheOptions,
+        selection: Option<&Selection>,
+    ) -> Result<Self> {
+        options.identity.validate()?;
+        let info = backend.info();
+        Ok(HiCache {
+            backend,
+            info,
+            config,
+            options,
+            selection: selection.map(Selection::summary),
+            state: RwLock::new(None),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The backend's identity and capability.
+    pub fn backend_info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    /// The backend itself.
+    pub fn backend(&self) -> &DynBackend {
+        &self.backend
+    }
+
+    /// The effective configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The selection summary line, when the plugin was selected by `open`.
+    pub fn selection_summary(&self) -> Option<&str> {
+        self.selection.as_deref()
+    }
+
+    /// Counters since open.
+    pub fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            pages_written: get(&c.pages_written),
+            pages_hit: get(&c.pages_hit),
+            pages_not_found: get(&c.pages_not_found),
+            pages_invalid: get(&c.pages_invalid),
+            page_errors: get(&c.page_errors),
+            bytes_written: get(&c.bytes_written),
+            bytes_read: get(&c.bytes_read),
+        }
+    }
+
+    /// Registers the host pool: decides the transfer mode (logged once, returned), registers
+    /// memory, sets up staging. A second call replaces the previous pool.
+    pub fn register_pool(&self, pool: Arc<dyn HostPool>) -> Result<PoolReport> {
+        let geometry = *pool.geometry();
+        geometry.validate()?;
+        let memory = pool.memory();
+        if let Some(m) = &memory
+            && m.len() < geometry.pool_bytes()
+        {
+            return Err(Error::InvalidPool {
+                reason: format!(
+                    "pool memory is {} bytes but the geometry needs {}",
+                    m.len(),
+                    geometry.pool_bytes()
+                ),
+            });
+        }
+        let capability = self.info.capability;
+        let naming = self.config.naming.value;
+        let format = self.config.page_format.value;
+        let (mode, reason) = decide_mode(
+            &geometry,
+            memory.as_ref().map(|m| m.addr() as u64),
+            &capability,
+            naming,
+        );
+        let align = effective_alignment(&capability);
+        let identity = &self.options.identity;
+        let namespace = Namespace::new(identity, &geometry);
+        let namer = ObjectNamer::new(naming, &namespace, identity, &geometry.attention);
+        let spans = geometry.spans_per_page();
+        let parts = if naming == NamingScheme::Sglang && mode == TransferMode::ZeroCopy {
+            (0..spans)
+                .map(|i| Part {
+                    kv: Some(if i == 0 { KvPart::K } else { KvPart::V }),
+                    spans: i..i + 1,
+                })
+                .collect()
+        } else {
+            vec![Part {
+                kv: None,
+                spans: 0..spans,
+            }]
+        };
+        let enveloped = format == PageFormat::Envelope;
+        let header_len = if enveloped {
+            envelope::header_len(align)
+        } else {
+            0
+        };
+        let marker_len = match format {
+            PageFormat::Envelope => 1,
+            PageFormat::Raw => align,
+        };
+        let payload_len = match mode {
+            TransferMode::ZeroCopy => {
+                geometry.span_len() * (parts[0].spans.end - parts[0].spans.start)
+            }
+            TransferMode::Bounce => geometry.page_bytes(),
+            TransferMode::Anchor => marker_len,
+        };
+        let slot_len = match mode {
+            TransferMode::ZeroCopy => header_len,
+            TransferMode::Bounce | TransferMode::Anchor => {
+                header_len + align_up(payload_len, align)
+            }
+        };
+        let stored_object = header_len + align_up(payload_len, align);
+        let slots = match self.options.staging_chunk_bytes.checked_div(slot_len) {
+            None => self.options.max_slots_per_chunk,
+            Some(n) => (n as usize).clamp(1, self.options.max_slots_per_chunk),
+        };
+        let staging = || {
+            (slot_len > 0).then(|| {
+                StagingPool::new(
+                    self.backend.clone(),
+                    slot_len,
+                    slots,
+                    align,
+                    self.options.max_staging_chunks,
+                )
+            })
+        };
+        let pool_region = match (mode, &memory) {
+            (TransferMode::ZeroCopy, Some(m)) => Some(self.backend.register(m.clone())?),
+            _ => None,
+        };
+        let writer = !geometry.attention.is_rank_replicated() || identity.tp_rank == 0;
+        let report = PoolReport {
+            mode,
+            reason,
+            page_bytes: geometry.page_bytes(),
+            spans_per_page: spans,
+            objects_per_page: parts.len() as u64,
+            stored_bytes_per_page: stored_object * parts.len() as u64,
+            io_alignment: align,
+            naming,
+            page_format: format,
+            namespace: namespace.short_hex(),
+            writer,
+            staging_chunk_bytes: slot_len * slots as u64,
+        };
+        tracing::info!(
+            backend = %self.info.name,
+            mode = %report.mode,
+            reason = %report.reason,
+            layout = %geometry.layout,
+            page_bytes = report.page_bytes,
+            alignment = align,
+            naming = %naming,
+            format = %format,
+            writer,
+            "registered host pool"
+        );
+        let state = PoolState {
+            backend: self.backend.clone(),
+            base: memory.as_ref().map_or(0, |m| m.addr()),
+            _memory: memory,
+            pool,
+            geometry,
+            pool_region,
+            mode,
+            format,
+            namer,
+            namespace,
+            parts,
+            align,
+            header_len,
+            payload_len,
+            write_staging: staging(),
+            read_staging: staging(),
+            objects_per_call: slots,
+            writer,
+            report: report.clone(),
+        };
+        *self.state.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(state));
+        Ok(report)
+    }
+
+    /// The registered pool's report.
+    pub fn pool_report(&self) -> Option<PoolReport> {
+        self.current().ok().map(|s| s.report.clone())
+    }
+
+    /// Drops the pool registration and staging memory. Idempotent.
+    pub fn close(&self) {
+        self.state.write().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    fn current(&self) -> Result<Arc<PoolState>> {
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(Error::PoolNotRegistered)
+    }
+
+    /// Writes pages. One result per key.
+    ///
+    /// Errors of the whole call (no pool registered, keys and slots that do not fit) come
+    /// back as `Err` before any I/O.
+    pub async fn batch_set(
+        &self,
+        keys: &[PageKey],
+        slots: HostSlots<'_>,
+    ) -> Result<Vec<Result<SetOutcome>>> {
+        let state = self.current()?;
+        let pages = host_pages(&state.geometry, keys.len(), slots)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !state.writer {
+            return Ok((0..keys.len())
+                .map(|_| Ok(SetOutcome::SkippedNotWriter))
+                .collect());
+        }
+        let per_call = (state.objects_per_call / state.parts.len()).max(1);
+        let mut results = Vec::with_capacity(keys.len());
+        for (kchunk, pchunk) in keys.chunks(per_call).zip(pages.chunks(per_call)) {
+            results.extend(self.set_chunk(&state, kchunk, pchunk).await);
+        }
+        Ok(results)
+    }
+
+    async fn set_chunk(
+        &self,
+        st: &PoolState,
+        keys: &[PageKey],
+        pages: &[u64],
+    ) -> Vec<Result<SetOutcome>> {
+        let lease = match &st.write_staging {
+            Some(s) => match s.lease().await {
+                Ok(l) => Some(l),
+                Err(e) => return fail_all(keys.len(), &e),
+            },
+            None => None,
+        };
+        let chunk = lease.as_ref().map(|l| l.chunk());
+        let slot_len = st.write_staging.as_ref().map_or(0, StagingPool::slot_len);
+        let nparts = st.parts.len();
+        let mut page_results: Vec<Result<SetOutcome>> =
+            (0..keys.len()).map(|_| Ok(SetOutcome::Written)).collect();
+        let mut object_keys: Vec<ObjectKey> = Vec::with_capacity(keys.len() * nparts);
+        let mut owners: Vec<usize> = Vec::with_capacity(keys.len() * nparts);
+        let mut segments: Vec<Slice> = Vec::new();
+        let mut ranges: Vec<Range<usize>> = Vec::with_capacity(keys.len() * nparts);
+        for (i, (key, &page)) in keys.iter().zip(pages).enumerate() {
+            for part in &st.parts {
+                let object = match st.object_key(key, part) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        page_results[i] = Err(e);
+                        break;
+                    }
+                };
+                let slot = object_keys.len() as u64;
+                let start = segments.len();
+                if let Err(e) =
+                    st.stage_write(chunk, slot * slot_len, page, part, &object, &mut segments)
+                {
+                    segments.truncate(start);
+                    page_results[i] = Err(e);
+                    break;
+                }
+                ranges.push(start..segments.len());
+                object_keys.push(object);
+                owners.push(i);
+            }
+        }
+        let items: Vec<WriteItem<'_>> = object_keys
+            .iter()
+            .zip(&ranges)
+            .zip(&owners)
+            .filter(|(_, owner)| page_results[**owner].is_ok())
+            .map(|((key, range), _)| WriteItem {
+                key,
+                segments: &segments[range.clone()],
+            })
+            .collect();
+        let item_owners: Vec<usize> = owners
+            .iter()
+            .copied()
+            .filter(|o| page_results[*o].is_ok())
+            .collect();
+        let outcomes = st.backend.write(&items).await;
+        for (owner, outcome) in item_owners.iter().zip(outcomes) {
+            if let Err(e) = outcome
+                && page_results[*owner].is_ok()
+            {
+                page_results[*owner] = Err(e);
+            }
+        }
+        for r in &page_results {
+            match r {
+                Ok(_) => {
+                    self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .bytes_written
+                        .fetch_add(st.geometry.page_bytes(), Ordering::Relaxed);
+                }
+                Err(_) => {
+                    self.counters.page_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        page_results
+    }
+
+    /// Reads pages into host slots. One result per key: `Hit`, `Miss(reason)`, or an error.
+    ///
+    /// A miss in zero-copy mode may leave the target host page partly overwritten (the bytes
+    /// land in place before they can be verified); in bounce and anchor mode the host page is
+    /// untouched unless the read is a verified hit.
+    pub async fn batch_get(
+        &self,
+        keys: &[PageKey],
+        slots: HostSlots<'_>,
+    ) -> Result<Vec<Result<ReadOutcome>>> {
+        let state = self.current()?;
+        let pages = host_pages(&state.geometry, keys.len(), slots)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let per_call = (state.objects_per_call / state.parts.len()).max(1);
+        let mut results = Vec::with_capacity(keys.len());
+        for (kchunk, pchunk) in keys.chunks(per_call).zip(pages.chunks(per_call)) {
+            results.extend(self.get_chunk(&state, kchunk, pchunk).await);
+        }
+        Ok(results)
+    }
+
+    async fn get_chunk(
+        &self,
+        st: &PoolState,
+        keys: &[PageKey],
+        pages: &[u64],
+    ) -> Vec<Result<ReadOutcome>> {
+        let lease = match &st.read_staging {
+            Some(s) => match s.lease().await {
+                Ok(l) => Some(l),
+                Err(e) => return fail_all(keys.len(), &e),
+            },
+            None => None,
+        };
+        let chunk = lease.as_ref().map(|l| l.chunk());
+        let slot_len = st.read_staging.as_ref().map_or(0, StagingPool::slot_len);
+        let nparts = st.parts.len();
+        let mut page_results: Vec<Result<ReadOutcome>> =
+            (0..keys.len()).map(|_| Ok(ReadOutcome::Hit)).collect();
+        let mut object_keys: Vec<ObjectKey> = Vec::with_capacity(keys.len() * nparts);
+        let mut owners: Vec<(usize, usize)> = Vec::with_capacity(keys.len() * nparts);
+        let mut segments: Vec<Slice> = Vec::new();
+        let mut ranges: Vec<Range<usize>> = Vec::with_capacity(keys.len() * nparts);
+        // Staging slot of each page's first object (bounce pages have exactly one).
+        let mut first_slot: Vec<u64> = vec![0; keys.len()];
+        for (i, (key, &page)) in keys.iter().zip(pages).enumerate() {
+            first_slot[i] = object_keys.len() as u64 * slot_len;
+            for (p, part) in st.parts.iter().enumerate() {
+                let object = match st.object_key(key, part) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        page_results[i] = Err(e);
+                        break;
+                    }
+                };
+                let slot = object_keys.len() as u64;
+                let start = segments.len();
+                st.stage_read(chunk, slot * slot_len, page, part, &mut segments);
+                ranges.push(start..segments.len());
+                object_keys.push(object);
+                owners.push((i, p));
+            }
+        }
+        let live: Vec<usize> = (0..object_keys.len())
+            .filter(|j| page_results[owners[*j].0].is_ok())
+            .collect();
+        let items: Vec<ReadItem<'_>> = live
+            .iter()
+            .map(|&j| ReadItem {
+                key: &object_keys[j],
+                segments: &segments[ranges[j].clone()],
+            })
+            .collect();
+        let outcomes = st.backend.read(&items).await;
+        for (&j, outcome) in live.iter().zip(outcomes) {
+            let (i, p) = owners[j];
+            if !matches!(page_results[i], Ok(ReadOutcome::Hit)) {
+                continue;
+            }
+            let verdict = match outcome {
+                Ok(ReadOutcome::Hit) => {
+                    let slot = j as u64 * slot_len;
+                    match st.verify(chunk, slot, pages[i], &st.parts[p], &object_keys[j]) {
+                        Ok(()) => Ok(ReadOutcome::Hit),
+                        Err(reason) => {
+                            tracing::warn!(key = %object_keys[j], %reason, "stored object is invalid; treating it as a miss");
+                            Ok(ReadOutcome::Miss(reason))
+                        }
+                    }
+                }
+                other => other,
+            };
+            page_results[i] = verdict;
+        }
+        // Bounce: copy verified pages into the host pool; a page that missed stays untouched.
+        if st.mode == TransferMode::Bounce
+            && let Some(chunk) = chunk
+        {
+            for (i, r) in page_results.iter_mut().enumerate() {
+                if matches!(r, Ok(ReadOutcome::Hit)) {
+                    let slot = first_slot[i] + st.header_len;
+                    // SAFETY: the slot lies inside the leased chunk (slot < slots × slot_len)
+                    // and holds payload_len = page_bytes verified bytes.
+                    let res = unsafe {
+                        crate::pool::scatter_page_raw(
+                            st.pool.as_ref(),
+                            pages[i],
+                            chunk.buf.as_ptr().add(slot as usize),
+                            st.geometry.page_bytes() as usize,
+                        )
+                    };
+                    if let Err(e) = res {
+                        *r = Err(e);
+                    }
+                }
+            }
+        }
+        for r in &page_results {
+            let counter = match r {
+                Ok(ReadOutcome::Hit) => {
+                    self.counters
+                        .bytes_read
+                        .fetch_add(st.geometry.page_bytes(), Ordering::Relaxed);
+                    &self.counters.pages_hit
+                }
+                Ok(ReadOutcome::Miss(MissReason::NotFound)) => &self.counters.pages_not_found,
+                Ok(ReadOutcome::Miss(_)) => &self.counters.pages_invalid,
+                Err(_) => &self.counters.page_errors,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        page_results
+    }
+
+    /// Number of leading keys whose pages exist (the longest stored prefix).
+    ///
+    /// A key whose existence check fails with an error ends the prefix (and is logged).
+    pub async fn batch_exists(&self, keys: &[PageKey]) -> Result<usize> {
+        let state = self.current()?;
+        let nparts = state.parts.len();
+        let per_call = (state.objects_per_call / nparts).max(1);
+        let mut prefix = 0;
+        for chunk in keys.chunks(per_call) {
+            let mut objects = Vec::with_capacity(chunk.len() * nparts);
+            for key in chunk {
+                for part in &state.parts {
+                    match state.object_key(key, part) {
+                        Ok(k) => objects.push(k),
+                        Err(e) => {
+                            tracing::warn!(%key, error = %e, "existence check of an invalid key");
+                            return Ok(prefix);
+                        }
+                    }
+                }
+            }
+            let found = self.backend.exists(&objects).await;
+            for page in found.chunks(nparts) {
+                let mut all = true;
+                for r in page {
+                    match r {
+                        Ok(true) => {}
+                        Ok(false) => all = false,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "existence check failed; ending the prefix there");
+                            all = false;
+                        }
+                    }
+                }
+                if !all {
+                    return Ok(prefix);
+                }
+                prefix += 1;
+            }
+        }
+        Ok(prefix)
+    }
+
+    /// Whether one page exists.
+    pub async fn exists(&self, key: &PageKey) -> Result<bool> {
+        Ok(self.batch_exists(std::slice::from_ref(key)).await? == 1)
+    }
+
+    /// Removes pages (every object of each); a missing page is not an error.
+    pub async fn batch_remove(&self, keys: &[PageKey]) -> Result<Vec<Result<()>>> {
+        let state = self.current()?;
+        let mut results = Vec::with_capacity(keys.len());
+        for key in keys {
+            let mut objects = Vec::with_capacity(state.parts.len());
+            let mut res = Ok(());
+            for part in &state.parts {
+                match state.object_key(key, part) {
+                    Ok(k) => objects.push(k),
+                    Err(e) => res = Err(e),
+                }
+            }
+            if res.is_ok() {
+                for r in self.backend.remove(&objects).await {
+                    if let Err(e) = r {
+                        res = Err(e);
+                    }
+                }
+            }
+            results.push(res);
+        }
+        Ok(results)
+    }
+
+    /// The object names a page is stored under (for tools and tests).
+    pub fn object_names(&self, key: &PageKey) -> Result<Vec<ObjectKey>> {
+        let state = self.current()?;
+        state
+            .parts
+            .iter()
+            .map(|p| state.object_key(key, p))
+            .collect()
+    }
+}
+
+impl PoolState {
+    fn object_key(&self, key: &PageKey, part: &Part) -> Result<ObjectKey> {
+        match part.kv {
+            None => self.namer.page_object(key),
+            Some(kv) => self.namer.part_object(key, kv),
+        }
+    }
+
+    fn span_slices(&self, page: u64, part: &Part) -> impl Iterator<Item = crate::pool::Span> {
+        self.geometry
+            .page_spans(page)
+            .expect("page index validated by host_pages")
+            .skip(part.spans.start as usize)
+            .take((part.spans.end - part.spans.start) as usize)
+    }
+
+    /// Bytes of the host pool at a span.
+    ///
+    /// # Safety
+    /// The span must lie inside the pool (true for spans of a validated page), and no
+    /// transfer may be writing those bytes.
+    unsafe fn pool_bytes(&self, span: crate::pool::Span) -> &[u8] {
+        // SAFETY: upheld by the caller; the memory is kept alive by `_memory`.
+        unsafe {
+            std::slice::from_raw_parts(
+                (self.base + span.offset as usize) as *const u8,
+                span.len as usize,
+            )
+        }
+    }
+
+    fn expected_header(&self, object: &ObjectKey, checksum: u64) -> Header {
+        Header {
+            flags: if self.mode == TransferMode::Anchor {
+                FLAG_ANCHOR
+            } else {
+                0
+            },
+            header_len: self.header_len,
+            namespace: self.namespace,
+            key_hash: object.hash(),
+            payload_len: self.payload_len,
+            checksum,
+        }
+    }
+
+    /// Prepares one object for writing: header and/or payload in the staging slot at
+    /// `slot_off`, and its segments.
+    fn stage_write(
+        &self,
+        chunk: Option<&crate::staging::Chunk>,
+        slot_off: u64,
+        page: u64,
+        part: &Part,
+        object: &ObjectKey,
+        segments: &mut Vec<Slice>,
+    ) -> Result<()> {
+        let enveloped = self.format == PageFormat::Envelope;
+        match self.mode {
+            TransferMode::ZeroCopy => {
+                let region = self.pool_region.expect("zero-copy pools are registered");
+                if enveloped {
+                    // SAFETY: spans of a validated page lie inside the pool; the caller does
+                    // not modify a page while it is being written.
+                    let sum = envelope::checksum(
+                        self.span_slices(page, part)
+                            .map(|s| unsafe { self.pool_bytes(s) }),
+                    );
+                    let chunk = chunk.expect("enveloped zero-copy pools stage headers");
+                    self.put_header(chunk, slot_off, object, sum)?;
+                    segments.push(Slice::new(chunk.region, slot_off, self.header_len));
+                }
+                segments.extend(
+                    self.span_slices(page, part)
+                        .map(|s| Slice::new(region, s.offset, s.len)),
+                );
+            }
+            TransferMode::Bounce | TransferMode::Anchor => {
+                let chunk = chunk.expect("bounce and anchor pools stage pages");
+                let payload_off = slot_off + self.header_len;
+                // SAFETY: payload_off + payload_len lies inside the slot, which lies inside
+                // the leased chunk; nobody else uses a leased chunk.
+                let payload = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        chunk.buf.as_ptr().add(payload_off as usize),
+                        self.payload_len as usize,
+                    )
+                };
+                if self.mode == TransferMode::Bounce {
+                    crate::pool::gather_page(self.pool.as_ref(), page, payload)?;
+                } else {
+                    payload.fill(0x01);
+                }
+                if enveloped {
+                    let sum = envelope::checksum([&*payload]);
+                    self.put_header(chunk, slot_off, object, sum)?;
+                }
+                let slot_len = self.header_len + align_up(self.payload_len, self.align);
+                segments.push(Slice::new(chunk.region, slot_off, slot_len));
+            }
+        }
+        Ok(())
+    }
+
+    fn put_header(
+        &self,
+        chunk: &crate::staging::Chunk,
+        slot_off: u64,
+        object: &ObjectKey,
+        sum: u64,
+    ) -> Result<()> {
+        let mut fields = [0u8; HEADER_FIELDS_LEN];
+        self.expected_header(object, sum).encode(&mut fields);
+        chunk.buf.copy_from(slot_off as usize, &fields)
+    }
+
+    fn stage_read(
+        &self,
+        chunk: Option<&crate::staging::Chunk>,
+        slot_off: u64,
+        page: u64,
+        part: &Part,
+        segments: &mut Vec<Slice>,
+    ) {
+        match self.mode {
+            TransferMode::ZeroCopy => {
+                if self.format == PageFormat::Envelope
+                    && let Some(chunk) = chunk
+                {
+                    segments.push(Slice::new(chunk.region, slot_off, self.header_len));
+                }
+                let region = self.pool_region.expect("zero-copy pools are registered");
+                segments.extend(
+                    self.span_slices(page, part)
+                        .map(|s| Slice::new(region, s.offset, s.len)),
+                );
+            }
+            TransferMode::Bounce | TransferMode::Anchor => {
+                let chunk = chunk.expect("bounce and anchor pools stage pages");
+                let slot_len = self.header_len + align_up(self.payload_len, self.align);
+                segments.push(Slice::new(chunk.region, slot_off, slot_len));
+            }
+        }
+    }
+
+    /// Checks a read object: header identity and payload checksum (envelope), or nothing more
+    /// than the length the backend already checked (raw).
+    fn verify(
+        &self,
+        chunk: Option<&crate::staging::Chunk>,
+        slot_off: u64,
+        page: u64,
+        part: &Part,
+        object: &ObjectKey,
+    ) -> Result<(), MissReason> {
+        if self.format == PageFormat::Raw {
+            return Ok(());
+        }
+        let chunk = chunk.expect("enveloped pools stage headers");
+        let mut fields = [0u8; HEADER_FIELDS_LEN];
+        chunk
+            .buf
+            .copy_to(slot_off as usize, &mut fields)
+            .map_err(|e| MissReason::BadHeader {
+                detail: e.to_string(),
+            })?;
+        let header = Header::decode(&fields)?;
+        header.check_identity(&self.expected_header(object, 0))?;
+        let sum = match self.mode {
+            // SAFETY: spans of a validated page; the read into them has completed.
+            TransferMode::ZeroCopy => envelope::checksum(
+                self.span_slices(page, part)
+                    .map(|s| unsafe { self.pool_bytes(s) }),
+            ),
+            TransferMode::Bounce | TransferMode::Anchor => {
+                // SAFETY: the payload lies inside the leased slot and the read has completed.
+                let payload = unsafe {
+                    std::slice::from_raw_parts(
+                        chunk
+                            .buf
+                            .as_ptr()
+                            .add((slot_off + self.header_len) as usize),
+                        self.payload_len as usize,
+                    )
+                };
+                envelope::checksum([payload])
+            }
+        };
+        if sum != header.checksum {
+            return Err(MissReason::ChecksumMismatch);
+        }
+        Ok(())
+    }
+}
+
+fn fail_all<T>(n: usize, e: &Error) -> Vec<Result<T>> {
+    (0..n)
+        .map(|_| Err(Error::backend("connector", e.to_string())))
+        .collect()
+}
+
+/// Validates host slots against the keys and the pool and returns one page index per key.
+fn host_pages(geometry: &PoolGeometry, keys: usize, slots: HostSlots<'_>) -> Result<Vec<u64>> {
+    let out_of_pool = |what: String| Error::InvalidBatch {
+        reason: format!("{what} is outside the pool of {} pages", geometry.pages),
+    };
+    match slots {
+        HostSlots::Pages(pages) => {
+            if pages.len() != keys {
+                return Err(Error::InvalidBatch {
+                    reason: format!("{keys} keys but {} host pages", pages.len()),
+                });
+            }
+            if let Some(p) = pages.iter().find(|p| **p >= geometry.pages) {
+                return Err(out_of_pool(format!("host page {p}")));
+            }
+            Ok(pages.to_vec())
+        }
+        HostSlots::Tokens(tokens) => {
+            let ps = geometry.page_tokens;
+            if tokens.len() as u64 != keys as u64 * ps {
+                return Err(Error::InvalidBatch {
+                    reason: format!(
+                        "{keys} keys need {} host token indices ({ps} per page), got {}",
+                        keys as u64 * ps,
+                        tokens.len()
+                    ),
+                });
+            }
+            tokens
+                .chunks(ps as usize)
+                .enumerate()
+                .map(|(i, page)| {
+                    let first = page[0];
+                    if first % ps != 0 || page.iter().enumerate().any(|(j, t)| *t != first + j as u64) {
+                        return Err(Error::InvalidBatch {
+                            reason: format!(
+                                "token indices of key {i} are not one whole page (they must be {ps} contiguous indices starting at a multiple of {ps}); got {first}.."
+                            ),
+                        });
+                    }
+                    let p = first / ps;
+                    if p >= geometry.pages {
+                        return Err(out_of_pool(format!("token index {first} (page {p})")));
+                    }
+                    Ok(p)
+                })
+                .collect()
+        }
+    }
+}
+
+/// A blocking façade over [`HiCache`] for callers without an async runtime.
+///
+/// It owns a small multi-thread runtime; calls may come from any number of threads.
+#[derive(Debug)]
+pub struct BlockingHiCache {
+    inner: Arc<HiCache>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl BlockingHiCache {
+    /// Wraps a connector.
+    pub fn new(inner: HiCache) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("hicache-rt")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("connector", "start runtime", None, e))?;
+        Ok(BlockingHiCache {
+            inner: Arc::new(inner),
+            runtime,
+        })
+    }
+
+    /// The async connector.
+    pub fn inner(&self) -> &Arc<HiCache> {
+        &self.inner
+    }
+
+    /// See [`HiCache::register_pool`].
+    pub fn register_pool(&self, pool: Arc<dyn HostPool>) -> Result<PoolReport> {
+        self.inner.register_pool(pool)
+    }
+
+    /// See [`HiCache::batch_set`].
+    pub fn batch_set(
+        &self,
+        keys: &[PageKey],
+        slots: HostSlots<'_>,
+    ) -> Result<Vec<Result<SetOutcome>>> {
+        self.runtime.block_on(self.inner.batch_set(keys, slots))
+    }
+
+    /// See [`HiCache::batch_get`].
+    pub fn batch_get(
+        &self,
+        keys: &[PageKey],
+        slots: HostSlots<'_>,
+    ) -> Result<Vec<Result<ReadOutcome>>> {
+        self.runtime.block_on(self.inner.batch_get(keys, slots))
+    }
+
+    /// See [`HiCache::batch_exists`].
+    pub fn batch_exists(&self, keys: &[PageKey]) -> Result<usize> {
+        self.runtime.block_on(self.inner.batch_exists(keys))
+    }
+
+    /// See [`HiCache::batch_remove`].
+    pub fn batch_remove(&self, keys: &[PageKey]) -> Result<Vec<Result<()>>> {
+        self.runtime.block_on(self.inner.batch_remove(keys))
+    }
+}

@@ -1,0 +1,263 @@
+//! The page envelope: an aligned header in front of the payload, so a torn, truncated,
+//! corrupt or foreign object reads as a miss with a reason, never as data.
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  magic  b"HICACHE\0"
+//!      8     2  format version (1)
+//!     10     2  flags (bit 0: anchor marker)
+//!     12     4  header length = payload offset (4096, or the storage's alignment if larger)
+//!     16    16  namespace digest
+//!     32     8  object key hash (blake2b-64 of the object name)
+//!     40     8  payload length (before padding)
+//!     48     8  payload checksum (xxh3-64)
+//!     56     8  header checksum (xxh3-64 of bytes 0..56)
+//!     64     …  zero up to the header length, then the payload, then zero padding up to the
+//!               I/O alignment
+//! ```
+//! The payload sits at an aligned offset, so an O_DIRECT read lands straight in host memory.
+//! All integers are little-endian.
+
+use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+
+use crate::backend::MissReason;
+use crate::key::Namespace;
+use crate::memory::align_up;
+
+/// Magic bytes at the start of every enveloped object.
+pub const MAGIC: [u8; 8] = *b"HICACHE\0";
+/// Current format version.
+pub const VERSION: u16 = 1;
+/// Smallest header length; larger when the storage's alignment is larger.
+pub const MIN_HEADER_LEN: u64 = 4096;
+/// Bytes of the header that carry fields (the rest is zero).
+pub const HEADER_FIELDS_LEN: usize = 64;
+/// Flag bit: the payload is an anchor marker, not KV bytes.
+pub const FLAG_ANCHOR: u16 = 1;
+
+/// How objects are framed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PageFormat {
+    /// Header + payload + checksum (the default).
+    #[default]
+    Envelope,
+    /// Payload only, as SGLang writes it; only the object length is checked on read.
+    Raw,
+}
+
+impl std::fmt::Display for PageFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PageFormat::Envelope => "envelope",
+            PageFormat::Raw => "raw",
+        })
+    }
+}
+
+/// Header length for a storage with I/O alignment `align`.
+pub fn header_len(align: u64) -> u64 {
+    align_up(MIN_HEADER_LEN, align.max(1))
+}
+
+/// Bytes an enveloped object of `payload_len` occupies under alignment `align`.
+pub fn object_len(payload_len: u64, align: u64) -> u64 {
+    header_len(align) + align_up(payload_len, align.max(1))
+}
+
+/// The decoded fields of a header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Flags.
+    pub flags: u16,
+    /// Header length (payload offset).
+    pub header_len: u64,
+    /// Namespace digest of the writer.
+    pub namespace: Namespace,
+    /// Hash of the object name.
+    pub key_hash: u64,
+    /// Payload length before padding.
+    pub payload_len: u64,
+    /// xxh3-64 of the payload.
+    pub checksum: u64,
+}
+
+impl Header {
+    /// Writes the header fields into `out` (at least [`HEADER_FIELDS_LEN`] bytes; the rest of
+    /// `out` is zeroed).
+    pub fn encode(&self, out: &mut [u8]) {
+        assert!(out.len() >= HEADER_FIELDS_LEN, "header buffer too small");
+        out.fill(0);
+        out[0..8].copy_from_slice(&MAGIC);
+        out[8..10].copy_from_slice(&VERSION.to_le_bytes());
+        out[10..12].copy_from_slice(&self.flags.to_le_bytes());
+        out[12..16].copy_from_slice(&(self.header_len as u32).to_le_bytes());
+        out[16..32].copy_from_slice(self.namespace.as_bytes());
+        out[32..40].copy_from_slice(&self.key_hash.to_le_bytes());
+        out[40..48].copy_from_slice(&self.payload_len.to_le_bytes());
+        out[48..56].copy_from_slice(&self.checksum.to_le_bytes());
+        let hc = xxh3_64(&out[0..56]);
+        out[56..64].copy_from_slice(&hc.to_le_bytes());
+    }
+
+    /// Parses and self-checks a header (magic, version, header checksum).
+    pub fn decode(bytes: &[u8]) -> Result<Header, MissReason> {
+        let bad = |detail: &str| MissReason::BadHeader {
+            detail: detail.to_string(),
+        };
+        if bytes.len() < HEADER_FIELDS_LEN {
+            return Err(bad("object shorter than a header"));
+        }
+        if bytes[0..8] != MAGIC {
+            return Err(bad("no hicache magic (raw or foreign object)"));
+        }
+        let u16_at = |i: usize| u16::from_le_bytes([bytes[i], bytes[i + 1]]);
+        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+        if u64_at(56) != xxh3_64(&bytes[0..56]) {
+            return Err(bad("header checksum mismatch"));
+        }
+        let version = u16_at(8);
+        if version != VERSION {
+            return Err(MissReason::BadHeader {
+                detail: format!("format version {version}, this build reads {VERSION}"),
+            });
+        }
+        let mut ns = [0u8; 16];
+        ns.copy_from_slice(&bytes[16..32]);
+        Ok(Header {
+            flags: u16_at(10),
+            header_len: u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as u64,
+            namespace: Namespace::from_bytes(ns),
+            key_hash: u64_at(32),
+            payload_len: u64_at(40),
+            checksum: u64_at(48),
+        })
+    }
+
+    /// Checks that the header is the one a reader of `expected` wants (all but the checksum,
+    /// which needs the payload).
+    pub fn check_identity(&self, expected: &Header) -> Result<(), MissReason> {
+        if self.namespace != expected.namespace {
+            return Err(MissReason::ForeignNamespace);
+        }
+        if self.key_hash != expected.key_hash {
+            return Err(MissReason::KeyMismatch);
+        }
+        if self.header_len != expected.header_len || self.payload_len != expected.payload_len {
+            return Err(MissReason::SizeMismatch {
+                expected: expected.header_len + expected.payload_len,
+                found: self.header_len + self.payload_len,
+            });
+        }
+        if self.flags != expected.flags {
+            return Err(MissReason::BadHeader {
+                detail: format!("flags {:#x}, expected {:#x}", self.flags, expected.flags),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Streaming checksum over the pieces of a payload, in order.
+pub fn checksum<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    let mut h = Xxh3::new();
+    for p in pieces {
+        h.update(p);
+    }
+    h.digest()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        Header {
+            flags: 0,
+            header_len: 4096,
+            namespace: Namespace::from_bytes([7; 16]),
+            key_hash: 0xdead_beef,
+            payload_len: 12345,
+            checksum: checksum([&b"payload"[..]]),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let h = header();
+        let mut buf = vec![0xaa; 4096];
+        h.encode(&mut buf);
+        assert!(buf[64..].iter().all(|b| *b == 0));
+        let back = Header::decode(&buf).unwrap();
+        assert_eq!(back, h);
+        back.check_identity(&h).unwrap();
+    }
+
+    #[test]
+    fn every_single_bit_flip_in_fields_is_detected() {
+        let h = header();
+        let mut buf = vec![0; 4096];
+        h.encode(&mut buf);
+        for byte in 0..HEADER_FIELDS_LEN {
+            for bit in 0..8 {
+                let mut b = buf.clone();
+                b[byte] ^= 1 << bit;
+                assert!(
+                    Header::decode(&b).is_err(),
+                    "flip at {byte}.{bit} not caught"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn identity_mismatches_are_typed() {
+        let h = header();
+        let other_ns = Header {
+            namespace: Namespace::from_bytes([8; 16]),
+            ..h
+        };
+        assert_eq!(
+            other_ns.check_identity(&h),
+            Err(MissReason::ForeignNamespace)
+        );
+        let other_key = Header { key_hash: 1, ..h };
+        assert_eq!(other_key.check_identity(&h), Err(MissReason::KeyMismatch));
+        let other_len = Header {
+            payload_len: 1,
+            ..h
+        };
+        assert!(matches!(
+            other_len.check_identity(&h),
+            Err(MissReason::SizeMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_decode_as_valid_by_accident() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..2000 {
+            let mut buf = [0u8; 64];
+            for b in buf.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            assert!(Header::decode(&buf).is_err());
+            buf[0..8].copy_from_slice(&MAGIC);
+            assert!(Header::decode(&buf).is_err());
+        }
+        assert!(Header::decode(&[0u8; 10]).is_err());
+    }
+
+    #[test]
+    fn lengths() {
+        assert_eq!(header_len(512), 4096);
+        assert_eq!(header_len(1), 4096);
+        assert_eq!(header_len(8192), 8192);
+        assert_eq!(object_len(100, 4096), 8192);
+        assert_eq!(object_len(100, 1), 4196);
+        assert_eq!(checksum([&b"ab"[..], &b"c"[..]]), checksum([&b"abc"[..]]));
+    }
+}

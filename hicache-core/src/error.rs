@@ -1,0 +1,353 @@
+//! The one error type every hicache crate returns across its public boundary.
+
+use std::path::PathBuf;
+
+use crate::memory::RegionId;
+
+/// Result with the hicache [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in hicache, with enough context to act on it.
+///
+/// Messages start lowercase, carry the backend / key / path / descriptor involved, and end
+/// with a hint where one helps. A read that finds no valid page is *not* an error: it is a
+/// [`ReadOutcome::Miss`](crate::ReadOutcome::Miss) with a reason.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A configuration value has the wrong type or is out of range.
+    #[error("invalid config value for `{key}` (from {source_desc}): {reason}{}", hint_suffix(.hint))]
+    InvalidConfig {
+        /// The key, as the user wrote it.
+        key: String,
+        /// Where the value came from (default, file path, environment variable, API).
+        source_desc: String,
+        /// What is wrong with it.
+        reason: String,
+        /// How to fix it.
+        hint: Option<String>,
+    },
+
+    /// A configuration key that nothing understands.
+    #[error("unknown config key `{key}` in {context}{}", suggestion_suffix(.suggestion))]
+    UnknownConfigKey {
+        /// The key, as the user wrote it.
+        key: String,
+        /// Where it was found (top level, `[plugin.posix]`, …).
+        context: String,
+        /// The closest known key, if any is close.
+        suggestion: Option<String>,
+    },
+
+    /// A config file could not be read or parsed.
+    #[error("cannot load config file {path}: {reason}")]
+    ConfigFile {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+
+    /// A page key or object name that is not allowed (it could escape the storage root, or is
+    /// too long for a file name).
+    #[error("invalid key {key:?}: {reason}")]
+    InvalidKey {
+        /// The offending key (possibly truncated for display).
+        key: String,
+        /// Why it is rejected.
+        reason: String,
+    },
+
+    /// A transfer named a memory region that the backend does not hold.
+    #[error(
+        "backend {backend}: region {region} is not registered; register the memory with the backend before transferring"
+    )]
+    UnregisteredRegion {
+        /// The backend.
+        backend: String,
+        /// The region named by the transfer.
+        region: RegionId,
+    },
+
+    /// A transfer named bytes outside the region it points into.
+    #[error(
+        "backend {backend}: slice [offset {offset}, len {len}] is outside region {region} of {region_len} bytes"
+    )]
+    SliceOutOfRange {
+        /// The backend.
+        backend: String,
+        /// The region.
+        region: RegionId,
+        /// Offset of the slice inside the region.
+        offset: u64,
+        /// Length of the slice.
+        len: u64,
+        /// Length of the region.
+        region_len: u64,
+    },
+
+    /// Direct I/O would reject the request: an address, offset or length is not aligned.
+    /// Raised before any I/O is issued.
+    #[error(
+        "backend {backend}: {what} is not aligned to {align} bytes (address {addr:#x}, len {len}) for direct I/O; use aligned host memory (page-aligned pool, stride multiple of {align}) or turn direct I/O off"
+    )]
+    Misaligned {
+        /// The backend.
+        backend: String,
+        /// What is misaligned (a slice of region N, a segment of key K, …).
+        what: String,
+        /// Required alignment.
+        align: u64,
+        /// The address involved.
+        addr: u64,
+        /// The length involved.
+        len: u64,
+    },
+
+    /// A batch whose parts do not fit together (keys vs host indices, ragged pages, …).
+    #[error("invalid batch: {reason}")]
+    InvalidBatch {
+        /// What does not fit.
+        reason: String,
+    },
+
+    /// An operation that needs a registered host pool ran before `register_pool`.
+    #[error("no host pool is registered: call register_pool before any I/O")]
+    PoolNotRegistered,
+
+    /// A host pool whose geometry or layout cannot be served.
+    #[error("invalid host pool: {reason}")]
+    InvalidPool {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The requested plugin name is not registered in this build.
+    #[error("unknown plugin `{name}`; registered plugins: [{}]{}", .available.join(", "), suggestion_suffix(.suggestion))]
+    UnknownPlugin {
+        /// The name asked for.
+        name: String,
+        /// Registered plugin names.
+        available: Vec<String>,
+        /// A close name, if any.
+        suggestion: Option<String>,
+    },
+
+    /// Two plugin descriptors share a name (names are case-insensitive).
+    #[error(
+        "plugin name `{name}` is registered twice; plugin names must be unique (case-insensitive)"
+    )]
+    DuplicatePlugin {
+        /// The clashing name.
+        name: String,
+    },
+
+    /// A plugin that was asked for explicitly cannot work on this machine.
+    #[error("plugin {plugin} was requested but is unusable here: {reason}{}", hint_suffix(.hint))]
+    PluginUnusable {
+        /// The plugin.
+        plugin: String,
+        /// What its probe found.
+        reason: String,
+        /// How to fix it.
+        hint: Option<String>,
+    },
+
+    /// `auto` found no usable plugin.
+    #[error("no usable storage plugin: {}", format_tried(.tried))]
+    NoUsablePlugin {
+        /// Each plugin probed with the reason it was unusable.
+        tried: Vec<(String, String)>,
+    },
+
+    /// An operating-system I/O error, with the path it concerns.
+    #[error("backend {backend}: {op} {}: {source}", .path.as_ref().map(|p| p.display().to_string()).unwrap_or_default())]
+    Io {
+        /// The backend.
+        backend: String,
+        /// The operation (open, pwrite, rename, …).
+        op: &'static str,
+        /// The path, if one is involved.
+        path: Option<PathBuf>,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The backend cannot do what was asked (memory kind, operation, size).
+    #[error("backend {backend} does not support {operation}")]
+    Unsupported {
+        /// The backend.
+        backend: String,
+        /// What it cannot do.
+        operation: String,
+    },
+
+    /// A batch item did not finish in time.
+    #[error("backend {backend}: {op} timed out after {millis} ms")]
+    Timeout {
+        /// The backend.
+        backend: String,
+        /// The operation.
+        op: &'static str,
+        /// The limit that ran out.
+        millis: u64,
+    },
+
+    /// Any other backend failure.
+    #[error("backend {backend}: {message}")]
+    Backend {
+        /// The backend.
+        backend: String,
+        /// What happened.
+        message: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+}
+
+impl Error {
+    /// An invalid-config error without a hint.
+    pub fn invalid_config(
+        key: impl Into<String>,
+        source_desc: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::InvalidConfig {
+            key: key.into(),
+            source_desc: source_desc.into(),
+            reason: reason.into(),
+            hint: None,
+        }
+    }
+
+    /// A generic backend error carrying a message.
+    pub fn backend(backend: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Backend {
+            backend: backend.into(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An I/O error with its operation and path.
+    pub fn io(
+        backend: impl Into<String>,
+        op: &'static str,
+        path: Option<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        Error::Io {
+            backend: backend.into(),
+            op,
+            path,
+            source,
+        }
+    }
+
+    /// Whether trying the same operation again may succeed (transient faults only).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Timeout { .. } => true,
+            Error::Io { source, .. } => matches!(
+                source.kind(),
+                std::io::ErrorKind::Interrupted
+                    | std::io::ErrorKind::WouldBlock
+                    | std::io::ErrorKind::TimedOut
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+            ),
+            _ => false,
+        }
+    }
+}
+
+fn hint_suffix(hint: &Option<String>) -> String {
+    hint.as_ref()
+        .map(|h| format!("; hint: {h}"))
+        .unwrap_or_default()
+}
+
+fn suggestion_suffix(suggestion: &Option<String>) -> String {
+    suggestion
+        .as_ref()
+        .map(|s| format!("; did you mean `{s}`?"))
+        .unwrap_or_default()
+}
+
+fn format_tried(tried: &[(String, String)]) -> String {
+    if tried.is_empty() {
+        return "no plugin is registered in this build (enable a plugin feature of the `hicache` crate)".into();
+    }
+    tried
+        .iter()
+        .map(|(name, reason)| format!("{name}: {reason}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The closest candidate to `input` by edit distance, if it is close enough to be a likely typo.
+pub fn closest_match<'a>(
+    input: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    let input = input.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(&input, &c.to_ascii_lowercase()), c))
+        .filter(|(d, c)| *d <= (c.len().max(input.len()) / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c.to_string())
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closest_match_finds_typos_only() {
+        let keys = ["use_direct_io", "storage_dir", "plugin"];
+        assert_eq!(
+            closest_match("use_directio", keys).as_deref(),
+            Some("use_direct_io")
+        );
+        assert_eq!(
+            closest_match("storage_dirs", keys).as_deref(),
+            Some("storage_dir")
+        );
+        assert_eq!(closest_match("completely_else", keys), None);
+    }
+
+    #[test]
+    fn messages_carry_context() {
+        let e = Error::SliceOutOfRange {
+            backend: "POSIX".into(),
+            region: RegionId(3),
+            offset: 4096,
+            len: 8192,
+            region_len: 10000,
+        };
+        let s = e.to_string();
+        assert!(
+            s.contains("region 3") && s.contains("offset 4096") && s.contains("10000"),
+            "{s}"
+        );
+        let e = Error::NoUsablePlugin { tried: vec![] };
+        assert!(e.to_string().contains("enable a plugin feature"));
+    }
+}

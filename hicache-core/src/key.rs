@@ -1,0 +1,482 @@
+//! Page keys, object names and the namespace that keeps foreign bytes out.
+//!
+//! A [`PageKey`] is what the engine hands us (SGLang: 64 hex chars of a chained SHA-256).
+//! An [`ObjectKey`] is the validated name an object is stored under; [`ObjectNamer`] derives
+//! it from the page key and the pool's [`Namespace`]. Neither can hold `/`, `\`, `..`, NUL or
+//! control characters, start with `.`, or exceed the lengths below, so no key can escape a
+//! storage root or collide with a backend's temporary files.
+
+use std::fmt;
+
+use blake2::digest::consts::{U8, U16};
+use blake2::{Blake2b, Digest};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::pool::{AttentionKind, PoolGeometry};
+
+/// Longest page key accepted, in bytes.
+pub const MAX_PAGE_KEY_LEN: usize = 160;
+/// Longest object name accepted, in bytes (leaves room under NAME_MAX = 255 for temp suffixes).
+pub const MAX_OBJECT_KEY_LEN: usize = 220;
+
+fn validate_name(name: &str, max: usize) -> Result<()> {
+    let reject = |reason: String| {
+        let shown: String = name.chars().take(80).collect();
+        Err(Error::InvalidKey { key: shown, reason })
+    };
+    if name.is_empty() {
+        return reject("key is empty".into());
+    }
+    if name.len() > max {
+        return reject(format!("key is {} bytes, the limit is {max}", name.len()));
+    }
+    if name.starts_with('.') {
+        return reject("key starts with '.' (reserved for hidden and temporary files)".into());
+    }
+    if name.contains("..") {
+        return reject("key contains '..'".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| *c == '/' || *c == '\\' || c.is_control())
+    {
+        return reject(format!(
+            "key contains the forbidden character {c:?} (no path separators or control characters)"
+        ));
+    }
+    Ok(())
+}
+
+/// A validated page key as the engine gives it (opaque to hicache).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct PageKey(String);
+
+impl PageKey {
+    /// Validates `key`.
+    pub fn new(key: impl Into<String>) -> Result<Self> {
+        let key = key.into();
+        validate_name(&key, MAX_PAGE_KEY_LEN)?;
+        Ok(PageKey(key))
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for PageKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for PageKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A validated object name, with its stable 64-bit hash (routing and envelope identity).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ObjectKey {
+    name: String,
+    hash: u64,
+}
+
+impl ObjectKey {
+    /// Validates `name` and computes its hash.
+    pub fn new(name: impl Into<String>) -> Result<Self> {
+        let name = name.into();
+        validate_name(&name, MAX_OBJECT_KEY_LEN)?;
+        let hash = crate::routing::key_hash(&name);
+        Ok(ObjectKey { name, hash })
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+
+    /// blake2b-64 of the name, big-endian (SGLang's routing hash).
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+}
+
+impl fmt::Debug for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.name, f)
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// Who is storing: the engine-side identity that, with the pool, decides page bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StorageIdentity {
+    /// Served model name (`None` in SGLang becomes the empty string).
+    pub model: String,
+    /// Tensor-parallel rank.
+    pub tp_rank: u32,
+    /// Tensor-parallel size.
+    pub tp_size: u32,
+    /// Pipeline-parallel rank.
+    pub pp_rank: u32,
+    /// Pipeline-parallel size.
+    pub pp_size: u32,
+    /// Attention context-parallel rank.
+    pub cp_rank: u32,
+    /// Attention context-parallel size.
+    pub cp_size: u32,
+}
+
+impl Default for StorageIdentity {
+    fn default() -> Self {
+        StorageIdentity {
+            model: String::new(),
+            tp_rank: 0,
+            tp_size: 1,
+            pp_rank: 0,
+            pp_size: 1,
+            cp_rank: 0,
+            cp_size: 1,
+        }
+    }
+}
+
+impl StorageIdentity {
+    /// Identity of a single-rank deployment of `model`.
+    pub fn single(model: impl Into<String>) -> Self {
+        StorageIdentity {
+            model: model.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Checks that every rank is below its size.
+    pub fn validate(&self) -> Result<()> {
+        for (name, rank, size) in [
+            ("tp", self.tp_rank, self.tp_size),
+            ("pp", self.pp_rank, self.pp_size),
+            ("cp", self.cp_rank, self.cp_size),
+        ] {
+            if size == 0 || rank >= size {
+                return Err(Error::invalid_config(
+                    format!("{name}_rank/{name}_size"),
+                    "storage identity",
+                    format!("{name} rank {rank} is not below {name} size {size}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Everything that changes the bytes of a stored page, digested into 16 bytes.
+///
+/// Rank-replicated pools (MLA) leave TP rank and size out: every TP rank holds the same latent,
+/// so a page written at TP 0/4 is valid at 2/4 and 0/8. Everything else — model, PP and CP
+/// position, dtype, layout (byte order), page size, geometry — is in.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct Namespace([u8; 16]);
+
+impl Namespace {
+    /// The namespace of `geometry` stored by `identity`.
+    pub fn new(identity: &StorageIdentity, geometry: &PoolGeometry) -> Self {
+        let mut canon = String::from("hicache-namespace-v1\n");
+        let mut field = |k: &str, v: &dyn fmt::Display| {
+            canon.push_str(k);
+            canon.push('=');
+            canon.push_str(&v.to_string());
+            canon.push('\n');
+        };
+        field("model", &identity.model);
+        let replicated = geometry.attention.is_rank_replicated();
+        if !replicated {
+            field("tp_rank", &identity.tp_rank);
+            field("tp_size", &identity.tp_size);
+        }
+        field("rank_replicated", &replicated);
+        field("pp_rank", &identity.pp_rank);
+        field("pp_size", &identity.pp_size);
+        field("cp_rank", &identity.cp_rank);
+        field("cp_size", &identity.cp_size);
+        field("dtype", &geometry.dtype);
+        field("layout", &geometry.layout);
+        field("page_tokens", &geometry.page_tokens);
+        field("layers", &geometry.layers);
+        match geometry.attention {
+            AttentionKind::Mha { kv_heads, head_dim } => {
+                field("kv_heads", &kv_heads);
+                field("head_dim", &head_dim);
+            }
+            AttentionKind::Mla { kv_cache_dim } => field("kv_cache_dim", &kv_cache_dim),
+        }
+        let digest = Blake2b::<U16>::digest(canon.as_bytes());
+        Namespace(digest.into())
+    }
+
+    /// From raw bytes (as stored in an envelope header).
+    pub const fn from_bytes(bytes: [u8; 16]) -> Self {
+        Namespace(bytes)
+    }
+
+    /// The 16 digest bytes.
+    pub const fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+
+    /// The first 8 bytes as 16 lowercase hex chars (used in object names).
+    pub fn short_hex(&self) -> String {
+        self.0[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+impl fmt::Debug for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Namespace({})", self.short_hex())
+    }
+}
+
+/// How object names are formed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NamingScheme {
+    /// `{key}.{namespace}`: one object per page, isolated by the full namespace digest.
+    #[default]
+    Hicache,
+    /// SGLang NIXL's names (`{key}_{model}_{tp_rank}_{tp_size}`, MLA `{key}_{model}`, `_k`/`_v`
+    /// per span in zero-copy), for reading and writing stores shared with SGLang. Weaker
+    /// isolation: PP/CP position, dtype, layout and page size are not in the name.
+    Sglang,
+}
+
+impl fmt::Display for NamingScheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NamingScheme::Hicache => "hicache",
+            NamingScheme::Sglang => "sglang",
+        })
+    }
+}
+
+/// Which part of a page an object holds under SGLang zero-copy naming.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvPart {
+    /// `_k` (MLA's only part).
+    K,
+    /// `_v` (MHA only).
+    V,
+}
+
+/// Turns page keys into object names for one pool.
+#[derive(Clone, Debug)]
+pub struct ObjectNamer {
+    scheme: NamingScheme,
+    suffix: String,
+}
+
+impl ObjectNamer {
+    /// A namer for `scheme`, pool namespace `ns`, engine identity and pool attention kind.
+    pub fn new(
+        scheme: NamingScheme,
+        ns: &Namespace,
+        identity: &StorageIdentity,
+        attention: &AttentionKind,
+    ) -> Self {
+        let suffix = match scheme {
+            NamingScheme::Hicache => format!(".{}", ns.short_hex()),
+            NamingScheme::Sglang => {
+                let model = identity.model.replace('/', "-");
+                if attention.is_rank_replicated() {
+                    format!("_{model}")
+                } else {
+                    format!("_{model}_{}_{}", identity.tp_rank, identity.tp_size)
+                }
+            }
+        };
+        ObjectNamer { scheme, suffix }
+    }
+
+    /// The scheme in use.
+    pub fn scheme(&self) -> NamingScheme {
+        self.scheme
+    }
+
+    /// The object holding the whole page.
+    pub fn page_object(&self, key: &PageKey) -> Result<ObjectKey> {
+        ObjectKey::new(format!("{}{}", key.as_str(), self.suffix))
+    }
+
+    /// The object holding one K/V part of a page (SGLang zero-copy naming).
+    pub fn part_object(&self, key: &PageKey, part: KvPart) -> Result<ObjectKey> {
+        let tag = match part {
+            KvPart::K => "_k",
+            KvPart::V => "_v",
+        };
+        ObjectKey::new(format!("{}{}{tag}", key.as_str(), self.suffix))
+    }
+}
+
+/// blake2b with an 8-byte digest, read big-endian: SGLang's `nixl_routing` hash.
+pub(crate) fn blake2b_u64(bytes: &[u8]) -> u64 {
+    let digest = Blake2b::<U8>::digest(bytes);
+    u64::from_be_bytes(digest.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::{Dtype, Layout};
+
+    fn mha(layout: Layout) -> PoolGeometry {
+        PoolGeometry::new(
+            AttentionKind::Mha {
+                kv_heads: 8,
+                head_dim: 128,
+            },
+            4,
+            Dtype::Bf16,
+            16,
+            layout,
+            8,
+        )
+        .unwrap()
+    }
+
+    fn mla() -> PoolGeometry {
+        PoolGeometry::new(
+            AttentionKind::Mla { kv_cache_dim: 576 },
+            4,
+            Dtype::Bf16,
+            16,
+            Layout::PageFirst,
+            8,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn key_validation_rejects_escapes() {
+        assert!(PageKey::new("a".repeat(64)).is_ok());
+        for bad in [
+            "",
+            "a/b",
+            "../x",
+            "a..b",
+            ".hidden",
+            "a\\b",
+            "nul\0",
+            "tab\t",
+            "del\u{7f}",
+        ] {
+            let err = PageKey::new(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidKey { .. }), "{bad:?}");
+        }
+        let long = "k".repeat(MAX_PAGE_KEY_LEN + 1);
+        assert!(
+            PageKey::new(long)
+                .unwrap_err()
+                .to_string()
+                .contains("limit")
+        );
+        assert!(ObjectKey::new("k".repeat(MAX_OBJECT_KEY_LEN)).is_ok());
+        assert!(ObjectKey::new("k".repeat(MAX_OBJECT_KEY_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn namespace_separates_everything_that_changes_bytes() {
+        let id = StorageIdentity::single("m");
+        let base = Namespace::new(&id, &mha(Layout::PageFirst));
+        assert_eq!(base, Namespace::new(&id, &mha(Layout::PageFirst)));
+        assert_ne!(base, Namespace::new(&id, &mha(Layout::PageFirstDirect)));
+        assert_ne!(base, Namespace::new(&id, &mha(Layout::LayerFirst)));
+        assert_ne!(
+            base,
+            Namespace::new(&StorageIdentity::single("m2"), &mha(Layout::PageFirst))
+        );
+        let pp = StorageIdentity {
+            pp_rank: 1,
+            pp_size: 2,
+            ..id.clone()
+        };
+        assert_ne!(base, Namespace::new(&pp, &mha(Layout::PageFirst)));
+        let tp = StorageIdentity {
+            tp_rank: 1,
+            tp_size: 2,
+            ..id.clone()
+        };
+        assert_ne!(base, Namespace::new(&tp, &mha(Layout::PageFirst)));
+        let mut fp8 = mha(Layout::PageFirst);
+        fp8.dtype = Dtype::Fp8E4m3;
+        assert_ne!(base, Namespace::new(&id, &fp8));
+        let mut ps = mha(Layout::PageFirst);
+        ps.page_tokens = 32;
+        assert_ne!(base, Namespace::new(&id, &ps));
+    }
+
+    #[test]
+    fn mla_namespace_ignores_tp_rank() {
+        let a = StorageIdentity {
+            tp_rank: 0,
+            tp_size: 4,
+            ..StorageIdentity::single("ds")
+        };
+        let b = StorageIdentity {
+            tp_rank: 2,
+            tp_size: 8,
+            ..a.clone()
+        };
+        assert_eq!(Namespace::new(&a, &mla()), Namespace::new(&b, &mla()));
+    }
+
+    #[test]
+    fn sglang_names_match_nixl() {
+        let key = PageKey::new("H").unwrap();
+        let id = StorageIdentity {
+            tp_rank: 0,
+            tp_size: 2,
+            ..StorageIdentity::single("Qwen/Qwen3-8B")
+        };
+        let g = mha(Layout::PageFirst);
+        let ns = Namespace::new(&id, &g);
+        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention);
+        assert_eq!(
+            namer.part_object(&key, KvPart::K).unwrap().as_str(),
+            "H_Qwen-Qwen3-8B_0_2_k"
+        );
+        assert_eq!(
+            namer.page_object(&key).unwrap().as_str(),
+            "H_Qwen-Qwen3-8B_0_2"
+        );
+        let id = StorageIdentity::single("deepseek-ai/DeepSeek-V3");
+        let g = mla();
+        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention);
+        assert_eq!(
+            namer.part_object(&key, KvPart::K).unwrap().as_str(),
+            "H_deepseek-ai-DeepSeek-V3_k"
+        );
+        let hc = ObjectNamer::new(NamingScheme::Hicache, &ns, &id, &g.attention);
+        assert_eq!(
+            hc.page_object(&key).unwrap().as_str(),
+            format!("H.{}", ns.short_hex())
+        );
+    }
+
+    #[test]
+    fn model_names_that_break_paths_are_rejected() {
+        let key = PageKey::new("H").unwrap();
+        let id = StorageIdentity::single("../../etc");
+        let g = mha(Layout::PageFirst);
+        let ns = Namespace::new(&id, &g);
+        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention);
+        assert!(namer.page_object(&key).is_err());
+    }
+}

@@ -1,0 +1,41 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+pub mod backend;
+pub mod config;
+pub mod connector;
+pub mod docs;
+pub mod envelope;
+pub mod error;
+pub mod key;
+pub mod memory;
+pub mod memory_backend;
+pub mod pool;
+pub mod registry;
+pub mod routing;
+mod staging;
+
+pub use backend::{
+    BackendInfo, BackendKind, Capability, DynBackend, MissReason, ReadItem, ReadOutcome,
+    StorageBackend, Usage, WriteItem,
+};
+pub use config::{Config, ConfigLoader, EnvSnapshot, PluginChoice, Source};
+pub use connector::{
+    BlockingHiCache, HiCache, HiCacheOptions, HostSlots, PoolReport, STORAGE_BATCH_SIZE,
+    SetOutcome, Stats, TransferMode, decide_mode,
+};
+pub use envelope::PageFormat;
+pub use error::{Error, Result};
+pub use key::{Namespace, NamingScheme, ObjectKey, PageKey, StorageIdentity};
+pub use memory::{AlignedBuf, MemKind, MemoryRegion, RegionId, RegionTable, Slice};
+pub use memory_backend::MemoryBackend;
+pub use pool::{AnchorPool, AttentionKind, Dtype, HostPool, Layout, MmapPool, PoolGeometry};
+pub use registry::{
+    ParamKind, ParamSpec, PluginContext, PluginDescriptor, PluginParams, PluginRegistry, Selection,
+    Verdict, priority,
+};
+
+#[doc(hidden)]
+pub mod __private {
+    pub use inventory;
+}

@@ -1,0 +1,221 @@
+//! The reference backend: objects in a hash map. It follows every rule of the
+//! [`StorageBackend`] contract (registrations, bounds, alignment, per-item results, size
+//! checks), so the connector and the conformance suite can be tested against it, and it
+//! serves embedded uses where persistence is not wanted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use async_trait::async_trait;
+
+use crate::backend::{
+    BackendInfo, BackendKind, Capability, MissReason, ReadItem, ReadOutcome, StorageBackend, Usage,
+    WriteItem,
+};
+use crate::error::{Error, Result};
+use crate::key::ObjectKey;
+use crate::memory::{MemKind, MemoryRegion, RegionId, RegionTable, ResolvedSlice, Slice};
+
+const NAME: &str = "MEMORY";
+
+/// Objects held in process memory.
+#[derive(Debug)]
+pub struct MemoryBackend {
+    regions: RegionTable,
+    objects: RwLock<HashMap<String, Arc<Vec<u8>>>>,
+    alignment: u64,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryBackend {
+    /// A backend with no alignment rule.
+    pub fn new() -> Self {
+        Self::with_alignment(1)
+    }
+
+    /// A backend that enforces direct-I/O style alignment of `align` bytes on every slice,
+    /// to exercise alignment handling without a disk.
+    pub fn with_alignment(align: u64) -> Self {
+        MemoryBackend {
+            regions: RegionTable::new(NAME),
+            objects: RwLock::new(HashMap::new()),
+            alignment: align.max(1),
+        }
+    }
+
+    /// Number of stored objects.
+    pub fn object_count(&self) -> usize {
+        self.objects.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// A copy of an object's bytes (tests: corruption and layout checks).
+    pub fn raw_object(&self, key: &str) -> Option<Vec<u8>> {
+        self.objects
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .map(|v| v.as_ref().clone())
+    }
+
+    /// Replaces an object's bytes (tests: simulate corruption, truncation, foreign writers).
+    pub fn put_raw_object(&self, key: &str, bytes: Vec<u8>) {
+        self.objects
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string(), Arc::new(bytes));
+    }
+
+    /// Names of all stored objects.
+    pub fn object_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .objects
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn resolve_all(&self, key: &ObjectKey, segments: &[Slice]) -> Result<Vec<ResolvedSlice>> {
+        segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let r = self.regions.resolve_aligned(
+                    s,
+                    self.alignment,
+                    &format!("segment {i} of {key}"),
+                )?;
+                if r.kind != MemKind::Host {
+                    return Err(Error::Unsupported {
+                        backend: NAME.into(),
+                        operation: format!("{} memory", r.kind),
+                    });
+                }
+                Ok(r)
+            })
+            .collect()
+    }
+
+    fn write_one(&self, item: &WriteItem<'_>) -> Result<()> {
+        let parts = self.resolve_all(item.key, item.segments)?;
+        let mut bytes = Vec::with_capacity(item.len() as usize);
+        for p in &parts {
+            // SAFETY: resolve checked the slice lies in a live registration; the registrant
+            // guarantees no concurrent writes while the transfer runs.
+            bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(p.as_ptr(), p.len) });
+        }
+        self.objects
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(item.key.as_str().to_string(), Arc::new(bytes));
+        Ok(())
+    }
+
+    fn read_one(&self, item: &ReadItem<'_>) -> Result<ReadOutcome> {
+        let parts = self.resolve_all(item.key, item.segments)?;
+        let object = self
+            .objects
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(item.key.as_str())
+            .cloned();
+        let Some(object) = object else {
+            return Ok(ReadOutcome::Miss(MissReason::NotFound));
+        };
+        let expected = item.len();
+        if object.len() as u64 != expected {
+            return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
+                expected,
+                found: object.len() as u64,
+            }));
+        }
+        let mut at = 0;
+        for p in &parts {
+            // SAFETY: as in write_one; the destination is a live registration of p.len bytes.
+            unsafe { std::ptr::copy_nonoverlapping(object[at..].as_ptr(), p.as_ptr(), p.len) };
+            at += p.len;
+        }
+        Ok(ReadOutcome::Hit)
+    }
+}
+
+#[async_trait]
+impl StorageBackend for MemoryBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: NAME.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            kind: BackendKind::Object,
+            capability: Capability {
+                direct_io: self.alignment > 1,
+                io_alignment: self.alignment,
+                host_memory: true,
+                atomic_publish: true,
+                max_segments: 1024,
+                ..Capability::default()
+            },
+            location: "process memory".into(),
+        }
+    }
+
+    fn register(&self, region: MemoryRegion) -> Result<RegionId> {
+        if region.kind() != MemKind::Host {
+            return Err(Error::Unsupported {
+                backend: NAME.into(),
+                operation: format!("registering {} memory", region.kind()),
+            });
+        }
+        Ok(self.regions.insert(region))
+    }
+
+    fn deregister(&self, id: RegionId) -> Result<()> {
+        self.regions.remove(id).map(drop)
+    }
+
+    async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {
+        batch.iter().map(|item| self.write_one(item)).collect()
+    }
+
+    async fn read(&self, batch: &[ReadItem<'_>]) -> Vec<Result<ReadOutcome>> {
+        batch.iter().map(|item| self.read_one(item)).collect()
+    }
+
+    async fn exists(&self, keys: &[ObjectKey]) -> Vec<Result<bool>> {
+        let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        keys.iter()
+            .map(|k| Ok(objects.contains_key(k.as_str())))
+            .collect()
+    }
+
+    async fn remove(&self, keys: &[ObjectKey]) -> Vec<Result<()>> {
+        let mut objects = self.objects.write().unwrap_or_else(|e| e.into_inner());
+        keys.iter()
+            .map(|k| {
+                objects.remove(k.as_str());
+                Ok(())
+            })
+            .collect()
+    }
+
+    async fn usage(&self) -> Result<Usage> {
+        let used = self
+            .objects
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|v| v.len() as u64)
+            .sum();
+        Ok(Usage {
+            used_bytes: Some(used),
+            ..Usage::default()
+        })
+    }
+}

@@ -1,0 +1,859 @@
+//! Host KV pools: geometry, SGLang's four layouts, per-page spans, gather/scatter.
+//!
+//! Byte orders follow SGLang exactly (spec §2.2–2.3), with `S` = tokens in the pool
+//! (`pages × page_tokens`), `L` layers, `H` KV heads, `D` head dim, `C` MLA latent dim:
+//!
+//! | layout | MHA buffer | MLA buffer | a page's object bytes (flat page) |
+//! |---|---|---|---|
+//! | `layer_first` | `[2][L][S][H][D]` | `[L][S][C]` | `[2][L][ps][H][D]` / `[L][ps][C]` |
+//! | `page_first` | `[2][S][L][H][D]` | `[S][L][C]` | `[2][ps][L][H][D]` / `[ps][L][C]` |
+//! | `page_first_direct` | `[2][P][L][ps][H][D]` | `[P][L][ps][C]` | `[2][L][ps][H][D]` / `[L][ps][C]` |
+//! | `page_head` | `[2][P][H][ps][L][D]` | — | `[2][H][ps][L][D]` |
+//!
+//! [`PoolGeometry::page_spans`] lists a page's `(offset, len)` spans **in flat-page order**, so
+//! an object's bytes are the same whether a page moved zero-copy (spans gathered by the
+//! backend) or through a bounce buffer (spans copied by the CPU). For `layer_first` MHA that is
+//! all K layers then all V layers (SGLang's `get_page_buffer_meta` interleaves `k_l0, v_l0, …`
+//! but its flat page does not; the object follows the flat page).
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::memory::{MemKind, MemoryRegion};
+
+/// Element type of the KV buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[non_exhaustive]
+pub enum Dtype {
+    /// 32-bit float.
+    F32,
+    /// 16-bit float.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// 8-bit float, e4m3.
+    Fp8E4m3,
+    /// 8-bit float, e5m2.
+    Fp8E5m2,
+    /// 8-bit integer.
+    Int8,
+}
+
+impl Dtype {
+    /// Size of one element in bytes.
+    pub const fn bytes(self) -> u64 {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 | Dtype::Bf16 => 2,
+            Dtype::Fp8E4m3 | Dtype::Fp8E5m2 | Dtype::Int8 => 1,
+        }
+    }
+
+    /// Parses the names torch and the CLI use (`bf16`, `bfloat16`, `fp8_e4m3`, …).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "f32" | "fp32" | "float32" => Dtype::F32,
+            "f16" | "fp16" | "float16" | "half" => Dtype::F16,
+            "bf16" | "bfloat16" => Dtype::Bf16,
+            "fp8" | "fp8_e4m3" | "float8_e4m3fn" | "e4m3" => Dtype::Fp8E4m3,
+            "fp8_e5m2" | "float8_e5m2" | "e5m2" => Dtype::Fp8E5m2,
+            "int8" | "i8" => Dtype::Int8,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Dtype::F32 => "f32",
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+            Dtype::Fp8E4m3 => "fp8_e4m3",
+            Dtype::Fp8E5m2 => "fp8_e5m2",
+            Dtype::Int8 => "int8",
+        })
+    }
+}
+
+/// Attention kind: separate K and V per head (MHA/GQA) or one shared latent (MLA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum AttentionKind {
+    /// K and V buffers of `kv_heads × head_dim` per token and layer.
+    Mha {
+        /// KV heads on this rank.
+        kv_heads: u64,
+        /// Head dimension.
+        head_dim: u64,
+    },
+    /// One latent of `kv_cache_dim` per token and layer, the same on every TP rank.
+    Mla {
+        /// Latent width (kv_lora_rank + rope dim).
+        kv_cache_dim: u64,
+    },
+}
+
+impl AttentionKind {
+    /// MLA latents are replicated across TP ranks (only one rank needs to write them).
+    pub const fn is_rank_replicated(&self) -> bool {
+        matches!(self, AttentionKind::Mla { .. })
+    }
+
+    /// Elements per token per layer per K/V buffer.
+    const fn token_elems(&self) -> u64 {
+        match *self {
+            AttentionKind::Mha { kv_heads, head_dim } => kv_heads * head_dim,
+            AttentionKind::Mla { kv_cache_dim } => kv_cache_dim,
+        }
+    }
+
+    /// Number of K/V buffers (2 for MHA, 1 for MLA).
+    const fn buffers(&self) -> u64 {
+        match self {
+            AttentionKind::Mha { .. } => 2,
+            AttentionKind::Mla { .. } => 1,
+        }
+    }
+}
+
+/// Memory layout of the host KV buffer (SGLang `--hicache-mem-layout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// Layer-major; a page is scattered over every layer.
+    LayerFirst,
+    /// Token-major; a page's K (and V) are contiguous.
+    PageFirst,
+    /// Page-major with layers inside the page; contiguous per page.
+    PageFirstDirect,
+    /// Page-major with heads outermost (MHA only); contiguous per page.
+    PageHead,
+}
+
+impl Layout {
+    /// All layouts.
+    pub const ALL: [Layout; 4] = [
+        Layout::LayerFirst,
+        Layout::PageFirst,
+        Layout::PageFirstDirect,
+        Layout::PageHead,
+    ];
+
+    /// Parses SGLang's spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Layout::ALL.into_iter().find(|l| l.as_str() == s)
+    }
+
+    /// SGLang's spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Layout::LayerFirst => "layer_first",
+            Layout::PageFirst => "page_first",
+            Layout::PageFirstDirect => "page_first_direct",
+            Layout::PageHead => "page_head",
+        }
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One contiguous byte range of a pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// Offset from the pool's base.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// Shape and layout of a host KV pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct PoolGeometry {
+    /// MHA or MLA, with head shape.
+    pub attention: AttentionKind,
+    /// Layers held by this rank.
+    pub layers: u64,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Tokens per page.
+    pub page_tokens: u64,
+    /// Byte order of the buffer.
+    pub layout: Layout,
+    /// Pages in the pool.
+    pub pages: u64,
+}
+
+impl PoolGeometry {
+    /// A validated geometry: every dimension non-zero, no overflow, layout fits attention kind.
+    pub fn new(
+        attention: AttentionKind,
+        layers: u64,
+        dtype: Dtype,
+        page_tokens: u64,
+        layout: Layout,
+        pages: u64,
+    ) -> Result<Self> {
+        let g = PoolGeometry {
+            attention,
+            layers,
+            dtype,
+            page_tokens,
+            layout,
+            pages,
+        };
+        g.validate()?;
+        Ok(g)
+    }
+
+    /// Checks the geometry (also for values built by hand).
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |reason: String| Err(Error::InvalidPool { reason });
+        if self.layers == 0 || self.page_tokens == 0 || self.pages == 0 {
+            return invalid(format!(
+                "layers ({}), page_tokens ({}) and pages ({}) must be positive",
+                self.layers, self.page_tokens, self.pages
+            ));
+        }
+        if self.attention.token_elems() == 0 {
+            return invalid(format!(
+                "attention shape {:?} has no elements",
+                self.attention
+            ));
+        }
+        if self.layout == Layout::PageHead && self.attention.is_rank_replicated() {
+            return invalid("page_head layout exists for MHA pools only (MLA has no heads)".into());
+        }
+        let total = [
+            self.attention.buffers(),
+            self.layers,
+            self.page_tokens,
+            self.pages,
+            self.attention.token_elems(),
+            self.dtype.bytes(),
+        ]
+        .iter()
+        .try_fold(1u64, |acc, x| acc.checked_mul(*x));
+        if total.is_none_or(|t| t > isize::MAX as u64) {
+            return invalid("pool size overflows the address space".into());
+        }
+        Ok(())
+    }
+
+    /// Bytes of one token of one layer of one K/V buffer.
+    fn token_bytes(&self) -> u64 {
+        self.attention.token_elems() * self.dtype.bytes()
+    }
+
+    /// Tokens in the pool.
+    pub fn tokens(&self) -> u64 {
+        self.pages * self.page_tokens
+    }
+
+    /// Bytes of the whole pool buffer.
+    pub fn pool_bytes(&self) -> u64 {
+        self.attention.buffers() * self.layers * self.tokens() * self.token_bytes()
+    }
+
+    /// Bytes of one page (its flat form; the object payload).
+    pub fn page_bytes(&self) -> u64 {
+        self.attention.buffers() * self.layers * self.page_tokens * self.token_bytes()
+    }
+
+    /// Number of spans per page.
+    pub fn spans_per_page(&self) -> u64 {
+        match self.layout {
+            Layout::LayerFirst => self.attention.buffers() * self.layers,
+            _ => self.attention.buffers(),
+        }
+    }
+
+    /// Length of every span (all spans of a layout have the same length).
+    pub fn span_len(&self) -> u64 {
+        self.page_bytes() / self.spans_per_page()
+    }
+
+    /// The spans of `page`, in flat-page (object) order.
+    pub fn page_spans(&self, page: u64) -> Result<PageSpans> {
+        if page >= self.pages {
+            return Err(Error::InvalidBatch {
+                reason: format!(
+                    "host page {page} is outside the pool of {} pages",
+                    self.pages
+                ),
+            });
+        }
+        Ok(PageSpans {
+            geometry: *self,
+            page,
+            next: 0,
+            count: self.spans_per_page(),
+        })
+    }
+
+    /// Whether a pool at `base` can move pages in place under an alignment of `align` bytes:
+    /// base and every span (offset and length) are multiples of `align`.
+    pub fn spans_aligned(&self, base: u64, align: u64) -> bool {
+        // Every span offset is a multiple of the span length (see page_spans), so checking the
+        // base and the length covers all of them.
+        align <= 1 || (base % align == 0 && self.span_len() % align == 0)
+    }
+
+    fn span(&self, page: u64, index: u64) -> Span {
+        let e = self.token_bytes();
+        let ps = self.page_tokens;
+        let l = self.layers;
+        let s = self.tokens();
+        let span_len = self.span_len();
+        let offset = match self.layout {
+            Layout::LayerFirst => {
+                // index = kv * L + layer; buffer [kv][layer][S] of e-byte tokens.
+                (index * s + page * ps) * e
+            }
+            Layout::PageFirst | Layout::PageFirstDirect | Layout::PageHead => {
+                // index = kv; each K/V buffer holds P pages of ps·L tokens back to back.
+                index * l * s * e + page * span_len
+            }
+        };
+        Span {
+            offset,
+            len: span_len,
+        }
+    }
+}
+
+/// Iterator over one page's spans.
+#[derive(Clone, Debug)]
+pub struct PageSpans {
+    geometry: PoolGeometry,
+    page: u64,
+    next: u64,
+    count: u64,
+}
+
+impl Iterator for PageSpans {
+    type Item = Span;
+
+    fn next(&mut self) -> Option<Span> {
+        if self.next == self.count {
+            return None;
+        }
+        let s = self.geometry.span(self.page, self.next);
+        self.next += 1;
+        Some(s)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = (self.count - self.next) as usize;
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for PageSpans {}
+
+/// A host buffer of KV pages that hicache moves to and from storage.
+pub trait HostPool: Send + Sync + fmt::Debug {
+    /// Shape and layout.
+    fn geometry(&self) -> &PoolGeometry;
+
+    /// The memory holding the pool's bytes (`pool_bytes()` long), or `None` for a logical
+    /// anchor pool that has no KV bytes.
+    fn memory(&self) -> Option<MemoryRegion>;
+}
+
+/// Checks that `region` is big enough for `geometry` and is host memory.
+fn checked_memory(pool: &dyn HostPool) -> Result<MemoryRegion> {
+    let region = pool.memory().ok_or_else(|| Error::InvalidPool {
+        reason: "an anchor pool has no bytes to copy".into(),
+    })?;
+    let need = pool.geometry().pool_bytes();
+    if region.len() < need {
+        return Err(Error::InvalidPool {
+            reason: format!(
+                "pool memory is {} bytes but the geometry needs {need}",
+                region.len()
+            ),
+        });
+    }
+    if region.kind() != MemKind::Host {
+        return Err(Error::InvalidPool {
+            reason: format!("cannot copy pages of {} memory on the CPU", region.kind()),
+        });
+    }
+    Ok(region)
+}
+
+/// Copies page `page` into `dst` in flat-page order (`dst.len()` must be `page_bytes()`).
+pub fn gather_page(pool: &dyn HostPool, page: u64, dst: &mut [u8]) -> Result<()> {
+    // SAFETY: dst is an exclusive borrow of dst.len() bytes.
+    unsafe { gather_page_raw(pool, page, dst.as_mut_ptr(), dst.len()) }
+}
+
+/// Copies a flat page from `src` into page `page` (`src.len()` must be `page_bytes()`).
+pub fn scatter_page(pool: &dyn HostPool, page: u64, src: &[u8]) -> Result<()> {
+    // SAFETY: src is a shared borrow of src.len() bytes.
+    unsafe { scatter_page_raw(pool, page, src.as_ptr(), src.len()) }
+}
+
+/// [`gather_page`] into raw memory (bounce slots).
+///
+/// # Safety
+/// `dst..dst+len` must be valid for writes and not overlap the pool.
+pub unsafe fn gather_page_raw(
+    pool: &dyn HostPool,
+    page: u64,
+    dst: *mut u8,
+    len: usize,
+) -> Result<()> {
+    let region = checked_memory(pool)?;
+    let g = pool.geometry();
+    check_flat_len(g, len)?;
+    let mut at = 0usize;
+    for span in g.page_spans(page)? {
+        // SAFETY: span lies inside the pool (page < pages, region.len() >= pool_bytes()), the
+        // destination has page_bytes() bytes (checked) and the caller guarantees no overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (region.addr() + span.offset as usize) as *const u8,
+                dst.add(at),
+                span.len as usize,
+            );
+        }
+        at += span.len as usize;
+    }
+    Ok(())
+}
+
+/// [`scatter_page`] from raw memory (bounce slots).
+///
+/// # Safety
+/// `src..src+len` must be valid for reads and not overlap the pool.
+pub unsafe fn scatter_page_raw(
+    pool: &dyn HostPool,
+    page: u64,
+    src: *const u8,
+    len: usize,
+) -> Result<()> {
+    let region = checked_memory(pool)?;
+    let g = pool.geometry();
+    check_flat_len(g, len)?;
+    let mut at = 0usize;
+    for span in g.page_spans(page)? {
+        // SAFETY: as in gather_page_raw, with source and destination swapped.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.add(at),
+                (region.addr() + span.offset as usize) as *mut u8,
+                span.len as usize,
+            );
+        }
+        at += span.len as usize;
+    }
+    Ok(())
+}
+
+fn check_flat_len(g: &PoolGeometry, len: usize) -> Result<()> {
+    if len as u64 != g.page_bytes() {
+        return Err(Error::InvalidBatch {
+            reason: format!(
+                "flat page buffer is {len} bytes, a page is {}",
+                g.page_bytes()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Anonymous mmap that is unmapped when the last region referencing it goes.
+struct Mapping {
+    _map: memmap2::MmapMut,
+}
+
+/// A host pool in an anonymous, page-aligned, pre-faulted mmap (SGLang's `alloc_mmap`).
+///
+/// Pre-faulting (`MADV_POPULATE_WRITE`, or touching every page) keeps first-touch faults out
+/// of transfers and benchmarks.
+pub struct MmapPool {
+    geometry: PoolGeometry,
+    mapping: Arc<Mapping>,
+    addr: usize,
+}
+
+impl fmt::Debug for MmapPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MmapPool")
+            .field("geometry", &self.geometry)
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .finish()
+    }
+}
+
+impl MmapPool {
+    /// Maps and pre-faults a zeroed pool for `geometry`.
+    pub fn new(geometry: PoolGeometry) -> Result<Self> {
+        geometry.validate()?;
+        let len = geometry.pool_bytes() as usize;
+        let mut map = memmap2::MmapOptions::new()
+            .len(len)
+            .map_anon()
+            .map_err(|e| Error::InvalidPool {
+                reason: format!("mmap of {len} bytes failed: {e}"),
+            })?;
+        prefault(&mut map);
+        let addr = map.as_mut_ptr() as usize;
+        Ok(MmapPool {
+            geometry,
+            mapping: Arc::new(Mapping { _map: map }),
+            addr,
+        })
+    }
+
+    /// Copies `bytes` into the pool at `offset` (test and fill helper).
+    pub fn write_bytes(&self, offset: u64, bytes: &[u8]) -> Result<()> {
+        self.check_range(offset, bytes.len())?;
+        // SAFETY: range checked; the mapping is alive (self holds it); callers must not run
+        // transfers on these bytes concurrently (MemoryRegion contract).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                (self.addr + offset as usize) as *mut u8,
+                bytes.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies pool bytes at `offset` into `out`.
+    pub fn read_bytes(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.check_range(offset, out.len())?;
+        // SAFETY: as in write_bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (self.addr + offset as usize) as *const u8,
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+        Ok(())
+    }
+
+    fn check_range(&self, offset: u64, len: usize) -> Result<()> {
+        let total = self.geometry.pool_bytes();
+        if offset.checked_add(len as u64).is_none_or(|end| end > total) {
+            return Err(Error::InvalidBatch {
+                reason: format!("{len} bytes at offset {offset} exceed the pool of {total} bytes"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Base address (page-aligned).
+    pub fn base(&self) -> usize {
+        self.addr
+    }
+}
+
+impl HostPool for MmapPool {
+    fn geometry(&self) -> &PoolGeometry {
+        &self.geometry
+    }
+
+    fn memory(&self) -> Option<MemoryRegion> {
+        // SAFETY: the mapping lives as long as the Arc handed to the region; the pool is
+        // pool_bytes() long.
+        Some(unsafe {
+            MemoryRegion::with_owner(
+                self.addr as *mut u8,
+                self.geometry.pool_bytes(),
+                MemKind::Host,
+                self.mapping.clone(),
+            )
+        })
+    }
+}
+
+fn prefault(map: &mut memmap2::MmapMut) {
+    #[cfg(target_os = "linux")]
+    {
+        // MADV_POPULATE_WRITE (Linux 5.14) faults every page in one call.
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        // SAFETY: the range is exactly our live mapping.
+        let rc = unsafe { libc::madvise(map.as_mut_ptr().cast(), map.len(), MADV_POPULATE_WRITE) };
+        if rc == 0 {
+            return;
+        }
+    }
+    for chunk in map.chunks_mut(4096) {
+        chunk[0] = 0;
+    }
+}
+
+/// A logical pool with no KV bytes (SGLang's `LogicalHostPool` anchor): pages are tracked by
+/// small marker objects only.
+#[derive(Debug, Clone)]
+pub struct AnchorPool {
+    geometry: PoolGeometry,
+}
+
+impl AnchorPool {
+    /// An anchor pool with the geometry whose pages it stands for.
+    pub fn new(geometry: PoolGeometry) -> Result<Self> {
+        geometry.validate()?;
+        Ok(AnchorPool { geometry })
+    }
+}
+
+impl HostPool for AnchorPool {
+    fn geometry(&self) -> &PoolGeometry {
+        &self.geometry
+    }
+
+    fn memory(&self) -> Option<MemoryRegion> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: u64 = 3;
+    const H: u64 = 2;
+    const D: u64 = 4;
+    const C: u64 = 6;
+    const PS: u64 = 2;
+    const P: u64 = 5;
+
+    fn geometry(attention: AttentionKind, layout: Layout) -> PoolGeometry {
+        PoolGeometry::new(attention, L, Dtype::Bf16, PS, layout, P).unwrap()
+    }
+
+    fn mha() -> AttentionKind {
+        AttentionKind::Mha {
+            kv_heads: H,
+            head_dim: D,
+        }
+    }
+
+    fn mla() -> AttentionKind {
+        AttentionKind::Mla { kv_cache_dim: C }
+    }
+
+    /// Element index (not bytes) of (kv, layer, token, head, dim) in SGLang's MHA buffer.
+    fn mha_index(layout: Layout, kv: u64, l: u64, t: u64, h: u64, d: u64) -> u64 {
+        let s = P * PS;
+        let (p, i) = (t / PS, t % PS);
+        match layout {
+            Layout::LayerFirst => (((kv * L + l) * s + t) * H + h) * D + d,
+            Layout::PageFirst => (((kv * s + t) * L + l) * H + h) * D + d,
+            Layout::PageFirstDirect => ((((kv * P + p) * L + l) * PS + i) * H + h) * D + d,
+            Layout::PageHead => ((((kv * P + p) * H + h) * PS + i) * L + l) * D + d,
+        }
+    }
+
+    /// Element index of (kv, l, i, h, d) inside a flat page.
+    fn mha_flat_index(layout: Layout, kv: u64, l: u64, i: u64, h: u64, d: u64) -> u64 {
+        match layout {
+            Layout::LayerFirst | Layout::PageFirstDirect => {
+                (((kv * L + l) * PS + i) * H + h) * D + d
+            }
+            Layout::PageFirst => (((kv * PS + i) * L + l) * H + h) * D + d,
+            Layout::PageHead => (((kv * H + h) * PS + i) * L + l) * D + d,
+        }
+    }
+
+    fn mla_index(layout: Layout, l: u64, t: u64, c: u64) -> u64 {
+        let s = P * PS;
+        let (p, i) = (t / PS, t % PS);
+        match layout {
+            Layout::LayerFirst => (l * s + t) * C + c,
+            Layout::PageFirst => (t * L + l) * C + c,
+            Layout::PageFirstDirect => ((p * L + l) * PS + i) * C + c,
+            Layout::PageHead => unreachable!(),
+        }
+    }
+
+    fn mla_flat_index(layout: Layout, l: u64, i: u64, c: u64) -> u64 {
+        match layout {
+            Layout::LayerFirst | Layout::PageFirstDirect => (l * PS + i) * C + c,
+            Layout::PageFirst => (i * L + l) * C + c,
+            Layout::PageHead => unreachable!(),
+        }
+    }
+
+    /// Fills each bf16 element with its own element index, so positions are recognisable.
+    fn numbered_pool(g: PoolGeometry) -> MmapPool {
+        let pool = MmapPool::new(g).unwrap();
+        let elems = g.pool_bytes() / 2;
+        let bytes: Vec<u8> = (0..elems).flat_map(|i| (i as u16).to_le_bytes()).collect();
+        pool.write_bytes(0, &bytes).unwrap();
+        pool
+    }
+
+    fn element(flat: &[u8], index: u64) -> u16 {
+        let i = index as usize * 2;
+        u16::from_le_bytes([flat[i], flat[i + 1]])
+    }
+
+    #[test]
+    fn mha_gather_matches_sglang_byte_order() {
+        for layout in Layout::ALL {
+            let g = geometry(mha(), layout);
+            assert_eq!(g.page_bytes(), 2 * L * PS * H * D * 2);
+            assert_eq!(g.pool_bytes(), g.page_bytes() * P);
+            let pool = numbered_pool(g);
+            for page in 0..P {
+                let mut flat = vec![0u8; g.page_bytes() as usize];
+                gather_page(&pool, page, &mut flat).unwrap();
+                for kv in 0..2 {
+                    for l in 0..L {
+                        for i in 0..PS {
+                            for h in 0..H {
+                                for d in 0..D {
+                                    let want = mha_index(layout, kv, l, page * PS + i, h, d) as u16;
+                                    let got =
+                                        element(&flat, mha_flat_index(layout, kv, l, i, h, d));
+                                    assert_eq!(
+                                        got, want,
+                                        "{layout} page {page} kv {kv} l {l} i {i} h {h} d {d}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mla_gather_matches_sglang_byte_order() {
+        for layout in [
+            Layout::LayerFirst,
+            Layout::PageFirst,
+            Layout::PageFirstDirect,
+        ] {
+            let g = geometry(mla(), layout);
+            assert_eq!(g.page_bytes(), L * PS * C * 2);
+            let pool = numbered_pool(g);
+            for page in 0..P {
+                let mut flat = vec![0u8; g.page_bytes() as usize];
+                gather_page(&pool, page, &mut flat).unwrap();
+                for l in 0..L {
+                    for i in 0..PS {
+                        for c in 0..C {
+                            let want = mla_index(layout, l, page * PS + i, c) as u16;
+                            assert_eq!(
+                                element(&flat, mla_flat_index(layout, l, i, c)),
+                                want,
+                                "{layout}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn span_counts_and_contiguity() {
+        assert_eq!(geometry(mha(), Layout::PageFirst).spans_per_page(), 2);
+        assert_eq!(geometry(mha(), Layout::LayerFirst).spans_per_page(), 2 * L);
+        assert_eq!(geometry(mla(), Layout::PageFirst).spans_per_page(), 1);
+        assert_eq!(geometry(mla(), Layout::LayerFirst).spans_per_page(), L);
+        // Spans of different pages never overlap and stay inside the pool.
+        for attention in [mha(), mla()] {
+            for layout in Layout::ALL {
+                let Ok(g) = PoolGeometry::new(attention, L, Dtype::Bf16, PS, layout, P) else {
+                    continue;
+                };
+                let mut all: Vec<Span> = (0..P).flat_map(|p| g.page_spans(p).unwrap()).collect();
+                all.sort_by_key(|s| s.offset);
+                for w in all.windows(2) {
+                    assert!(w[0].offset + w[0].len <= w[1].offset, "{layout}");
+                }
+                let last = all.last().unwrap();
+                assert!(last.offset + last.len <= g.pool_bytes());
+                assert_eq!(all.iter().map(|s| s.len).sum::<u64>(), g.pool_bytes());
+            }
+        }
+    }
+
+    #[test]
+    fn scatter_round_trips_and_touches_only_its_page() {
+        for attention in [mha(), mla()] {
+            for layout in Layout::ALL {
+                let Ok(g) = PoolGeometry::new(attention, L, Dtype::Bf16, PS, layout, P) else {
+                    continue;
+                };
+                let pool = numbered_pool(g);
+                let mut before = vec![0u8; g.pool_bytes() as usize];
+                pool.read_bytes(0, &mut before).unwrap();
+                let flat: Vec<u8> = (0..g.page_bytes()).map(|i| (i % 251) as u8).collect();
+                scatter_page(&pool, 3, &flat).unwrap();
+                let mut back = vec![0u8; flat.len()];
+                gather_page(&pool, 3, &mut back).unwrap();
+                assert_eq!(back, flat, "{layout}");
+                let mut after = vec![0u8; before.len()];
+                pool.read_bytes(0, &mut after).unwrap();
+                let page3: Vec<Span> = g.page_spans(3).unwrap().collect();
+                for (i, (a, b)) in before.iter().zip(&after).enumerate() {
+                    let inside = page3
+                        .iter()
+                        .any(|s| (i as u64) >= s.offset && (i as u64) < s.offset + s.len);
+                    if !inside {
+                        assert_eq!(a, b, "{layout}: byte {i} outside page 3 changed");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_geometry_and_indices_are_errors() {
+        assert!(PoolGeometry::new(mla(), L, Dtype::Bf16, PS, Layout::PageHead, P).is_err());
+        assert!(PoolGeometry::new(mha(), 0, Dtype::Bf16, PS, Layout::PageFirst, P).is_err());
+        assert!(PoolGeometry::new(mha(), u64::MAX, Dtype::Bf16, PS, Layout::PageFirst, P).is_err());
+        let g = geometry(mha(), Layout::PageFirst);
+        assert!(g.page_spans(P).is_err());
+        let pool = MmapPool::new(g).unwrap();
+        let mut short = vec![0u8; 3];
+        assert!(gather_page(&pool, 0, &mut short).is_err());
+        let anchor = AnchorPool::new(g).unwrap();
+        let mut flat = vec![0u8; g.page_bytes() as usize];
+        assert!(gather_page(&anchor, 0, &mut flat).is_err());
+    }
+
+    #[test]
+    fn alignment_rule() {
+        let g = PoolGeometry::new(
+            AttentionKind::Mha {
+                kv_heads: 8,
+                head_dim: 128,
+            },
+            32,
+            Dtype::Bf16,
+            64,
+            Layout::PageFirst,
+            4,
+        )
+        .unwrap();
+        let pool = MmapPool::new(g).unwrap();
+        assert_eq!(pool.base() % 4096, 0);
+        assert!(g.spans_aligned(pool.base() as u64, 4096));
+        assert!(!g.spans_aligned(pool.base() as u64 + 512, 4096));
+        let odd = PoolGeometry {
+            page_tokens: 3,
+            attention: AttentionKind::Mla { kv_cache_dim: 577 },
+            ..g
+        };
+        assert!(!odd.spans_aligned(0, 4096));
+        assert!(odd.spans_aligned(0, 1));
+    }
+}

@@ -1,0 +1,902 @@
+//! Plugin descriptors, their registration, and deterministic, explained selection.
+//!
+//! A plugin crate declares one `pub static DESCRIPTOR: PluginDescriptor` and registers it
+//! with [`register_plugin!`](crate::register_plugin). The facade also names every enabled
+//! descriptor directly, because inventory entries in an rlib nothing references are dropped
+//! by the linker; [`PluginRegistry::new`] merges both lists and de-duplicates by identity.
+//!
+//! Selection never trusts presence: `auto` runs each plugin's *functional* probe in priority
+//! order (FILE `3FS > POSIX > GDS_MT > GDS`, then OBJ) and takes the first usable one; a
+//! plugin named explicitly is probed too, and an unusable one is an error that says why —
+//! never a silent switch to another plugin.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::backend::{BackendKind, DynBackend};
+use crate::config::{Config, PluginChoice, RawValue, Setting, Source, TOP_LEVEL_KEYS, parse_bool};
+use crate::error::{Error, Result, closest_match};
+
+/// Default priorities (higher is tried first within a kind); SGLang's order.
+pub mod priority {
+    /// DeepSeek 3FS.
+    pub const THREEFS: i32 = 400;
+    /// POSIX files.
+    pub const POSIX: i32 = 300;
+    /// GPUDirect Storage, thread pool.
+    pub const GDS_MT: i32 = 200;
+    /// GPUDirect Storage, batch API.
+    pub const GDS: i32 = 100;
+    /// Object storage.
+    pub const OBJ: i32 = 100;
+}
+
+/// Type of a plugin parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    /// Strict boolean.
+    Bool,
+    /// Unsigned integer.
+    UInt,
+    /// Float.
+    Float,
+    /// Free text.
+    Str,
+    /// One of the listed strings (case-insensitive).
+    OneOf(&'static [&'static str]),
+}
+
+/// One parameter a plugin accepts.
+#[derive(Clone, Copy, Debug)]
+pub struct ParamSpec {
+    /// Name as written in config files.
+    pub name: &'static str,
+    /// Type.
+    pub kind: ParamKind,
+    /// A credential: never logged or shown.
+    pub secret: bool,
+    /// Standard environment variables read when the config does not set it (e.g.
+    /// `AWS_DEFAULT_BUCKET`); they rank below every config source.
+    pub env_fallback: &'static [&'static str],
+    /// One line of documentation.
+    pub doc: &'static str,
+}
+
+impl ParamSpec {
+    /// A plain (non-secret, no env fallback) parameter.
+    pub const fn new(name: &'static str, kind: ParamKind, doc: &'static str) -> Self {
+        ParamSpec {
+            name,
+            kind,
+            secret: false,
+            env_fallback: &[],
+            doc,
+        }
+    }
+
+    /// Marks the parameter as a credential.
+    pub const fn secret(mut self) -> Self {
+        self.secret = true;
+        self
+    }
+
+    /// Adds environment fallbacks.
+    pub const fn env(mut self, vars: &'static [&'static str]) -> Self {
+        self.env_fallback = vars;
+        self
+    }
+}
+
+/// A typed parameter value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ParamValue {
+    /// Boolean.
+    Bool(bool),
+    /// Unsigned integer.
+    UInt(u64),
+    /// Float.
+    Float(f64),
+    /// Text (also the value of `OneOf`, lower-cased).
+    Str(String),
+}
+
+impl fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamValue::Bool(b) => write!(f, "{b}"),
+            ParamValue::UInt(i) => write!(f, "{i}"),
+            ParamValue::Float(x) => write!(f, "{x}"),
+            ParamValue::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The validated parameters of one plugin. `Debug` and `Display` redact secrets.
+#[derive(Clone, Default)]
+pub struct PluginParams {
+    values: Vec<(&'static ParamSpec, Setting<ParamValue>)>,
+}
+
+impl fmt::Debug for PluginParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl fmt::Display for PluginParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("{")?;
+        for (i, (spec, s)) in self.values.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            if spec.secret {
+                write!(f, "{}=***", spec.name)?;
+            } else {
+                write!(f, "{}={}", spec.name, s.value)?;
+            }
+        }
+        f.write_str("}")
+    }
+}
+
+impl PluginParams {
+    fn get(&self, name: &str) -> Option<&ParamValue> {
+        self.values
+            .iter()
+            .find(|(s, _)| s.name == name)
+            .map(|(_, v)| &v.value)
+    }
+
+    /// A boolean parameter, if set.
+    pub fn bool(&self, name: &str) -> Option<bool> {
+        match self.get(name) {
+            Some(ParamValue::Bool(b)) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// An unsigned parameter, if set.
+    pub fn uint(&self, name: &str) -> Option<u64> {
+        match self.get(name) {
+            Some(ParamValue::UInt(i)) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// A float parameter, if set.
+    pub fn float(&self, name: &str) -> Option<f64> {
+        match self.get(name) {
+            Some(ParamValue::Float(x)) => Some(*x),
+            Some(ParamValue::UInt(i)) => Some(*i as f64),
+            _ => None,
+        }
+    }
+
+    /// A text parameter, if set.
+    pub fn str(&self, name: &str) -> Option<&str> {
+        match self.get(name) {
+            Some(ParamValue::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Where a parameter came from.
+    pub fn source(&self, name: &str) -> Option<&Source> {
+        self.values
+            .iter()
+            .find(|(s, _)| s.name == name)
+            .map(|(_, v)| &v.source)
+    }
+
+    /// Every parameter as (name, rendered value or `***`, source).
+    pub fn entries(&self) -> Vec<(String, String, Source)> {
+        self.values
+            .iter()
+            .map(|(spec, s)| {
+                let shown = if spec.secret {
+                    "***".to_string()
+                } else {
+                    s.value.to_string()
+                };
+                (spec.name.to_string(), shown, s.source.clone())
+            })
+            .collect()
+    }
+}
+
+/// What a probe found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict", rename_all = "lowercase")]
+pub enum Verdict {
+    /// The plugin works here.
+    Usable {
+        /// What was checked (filesystem, alignment, engine…).
+        detail: String,
+    },
+    /// The plugin cannot work here.
+    Unusable {
+        /// What failed.
+        reason: String,
+        /// How to fix it.
+        hint: Option<String>,
+    },
+}
+
+impl Verdict {
+    /// A usable verdict.
+    pub fn usable(detail: impl Into<String>) -> Self {
+        Verdict::Usable {
+            detail: detail.into(),
+        }
+    }
+
+    /// An unusable verdict with a hint.
+    pub fn unusable(reason: impl Into<String>, hint: impl Into<String>) -> Self {
+        Verdict::Unusable {
+            reason: reason.into(),
+            hint: Some(hint.into()),
+        }
+    }
+
+    /// Whether usable.
+    pub fn is_usable(&self) -> bool {
+        matches!(self, Verdict::Usable { .. })
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Usable { detail } => write!(f, "usable ({detail})"),
+            Verdict::Unusable { reason, hint } => {
+                write!(f, "unusable: {reason}")?;
+                if let Some(h) = hint {
+                    write!(f, "; hint: {h}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What probe and build get: the whole config and this plugin's validated parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct PluginContext<'a> {
+    /// The effective configuration.
+    pub config: &'a Config,
+    /// This plugin's parameters.
+    pub params: &'a PluginParams,
+}
+
+/// A statically known plugin.
+#[derive(Debug)]
+pub struct PluginDescriptor {
+    /// Name (matched case-insensitively), e.g. `POSIX`.
+    pub name: &'static str,
+    /// File or object storage.
+    pub kind: BackendKind,
+    /// Higher is tried first within a kind (see [`priority`]).
+    pub priority: i32,
+    /// One line for `hicache plugins`.
+    pub summary: &'static str,
+    /// Accepted parameters.
+    pub params: &'static [ParamSpec],
+    /// Functional probe: proves the plugin can work here.
+    pub probe: fn(&PluginContext<'_>) -> Verdict,
+    /// Builds a backend.
+    pub build: fn(&PluginContext<'_>) -> Result<DynBackend>,
+}
+
+/// Wrapper collected by inventory.
+#[doc(hidden)]
+pub struct PluginRef(pub &'static PluginDescriptor);
+
+inventory::collect!(PluginRef);
+
+/// Registers a `static` [`PluginDescriptor`] with the process-wide plugin list.
+#[macro_export]
+macro_rules! register_plugin {
+    ($descriptor:path) => {
+        $crate::__private::inventory::submit! {
+            $crate::registry::PluginRef(&$descriptor)
+        }
+    };
+}
+
+/// One plugin as selection saw it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Considered {
+    /// Name.
+    pub name: String,
+    /// Kind.
+    pub kind: BackendKind,
+    /// Priority.
+    pub priority: i32,
+    /// Probe verdict (or why it was not probed).
+    pub verdict: Verdict,
+    /// Whether a probe ran (false: not needed, a higher-priority plugin was usable).
+    pub probed: bool,
+}
+
+/// The outcome of selection: which plugin, with what parameters, and why.
+#[derive(Debug)]
+pub struct Selection {
+    /// The chosen plugin.
+    pub plugin: &'static PluginDescriptor,
+    /// Its validated parameters.
+    pub params: PluginParams,
+    /// What was asked for.
+    pub requested: PluginChoice,
+    /// Every plugin considered, in the order tried.
+    pub considered: Vec<Considered>,
+}
+
+impl Selection {
+    /// The one INFO line selection logs.
+    pub fn summary(&self) -> String {
+        let considered: Vec<String> = self
+            .considered
+            .iter()
+            .map(|c| format!("{} [{}]", c.name, c.verdict))
+            .collect();
+        format!(
+            "selected plugin {} (requested: {}) with params {}; considered: {}",
+            self.plugin.name,
+            self.requested,
+            self.params,
+            considered.join(", ")
+        )
+    }
+}
+
+/// All plugins of this process, in selection order.
+#[derive(Debug, Clone)]
+pub struct PluginRegistry {
+    plugins: Vec<&'static PluginDescriptor>,
+}
+
+impl PluginRegistry {
+    /// The inventory-registered plugins merged with `builtin` (the facade's explicit list).
+    pub fn new(builtin: &[&'static PluginDescriptor]) -> Result<Self> {
+        let collected = inventory::iter::<PluginRef>.into_iter().map(|r| r.0);
+        Self::from_descriptors(builtin.iter().copied().chain(collected))
+    }
+
+    /// A registry of exactly these descriptors (tests, embedding).
+    pub fn from_descriptors(
+        descriptors: impl IntoIterator<Item = &'static PluginDescriptor>,
+    ) -> Result<Self> {
+        let mut plugins: Vec<&'static PluginDescriptor> = Vec::new();
+        for d in descriptors {
+            if plugins.iter().any(|p| std::ptr::eq(*p, d)) {
+                continue;
+            }
+            if plugins.iter().any(|p| p.name.eq_ignore_ascii_case(d.name)) {
+                return Err(Error::DuplicatePlugin {
+                    name: d.name.to_string(),
+                });
+            }
+            plugins.push(d);
+        }
+        // FILE before OBJ, then priority, then name: deterministic whatever the link order.
+        plugins.sort_by(|a, b| {
+            (a.kind, -a.priority, a.name.to_ascii_uppercase()).cmp(&(
+                b.kind,
+                -b.priority,
+                b.name.to_ascii_uppercase(),
+            ))
+        });
+        Ok(PluginRegistry { plugins })
+    }
+
+    /// Plugins in selection order.
+    pub fn plugins(&self) -> &[&'static PluginDescriptor] {
+        &self.plugins
+    }
+
+    /// A plugin by name (case-insensitive).
+    pub fn get(&self, name: &str) -> Option<&'static PluginDescriptor> {
+        self.plugins
+            .iter()
+            .copied()
+            .find(|p| p.name.eq_ignore_ascii_case(name))
+    }
+
+    fn unknown(&self, name: &str) -> Error {
+        Error::UnknownPlugin {
+            name: name.to_string(),
+            available: self.plugins.iter().map(|p| p.name.to_string()).collect(),
+            suggestion: closest_match(name, self.plugins.iter().map(|p| p.name)),
+        }
+    }
+
+    /// Probes every plugin (for `hicache plugins` / `doctor`).
+    pub fn probe_all(&self, config: &Config) -> Vec<Considered> {
+        self.plugins
+            .iter()
+            .map(|p| considered(p, probe_one(p, config), true))
+            .collect()
+    }
+
+    /// Chooses a plugin for `config` (see the module docs).
+    pub fn select(&self, config: &Config) -> Result<Selection> {
+        self.select_excluding(config, &[])
+    }
+
+    /// Selection that treats `failed` plugins (name, reason) as unusable: used when building
+    /// an auto-selected plugin failed, so auto moves on to the next one.
+    pub fn select_excluding(
+        &self,
+        config: &Config,
+        failed: &[(String, String)],
+    ) -> Result<Selection> {
+        let requested = config.plugin.value.clone();
+        match &requested {
+            PluginChoice::Named(name) => {
+                let plugin = self.get(name).ok_or_else(|| self.unknown(name))?;
+                let params = params_for(plugin, config)?;
+                let verdict = (plugin.probe)(&PluginContext {
+                    config,
+                    params: &params,
+                });
+                match verdict {
+                    Verdict::Unusable { reason, hint } => Err(Error::PluginUnusable {
+                        plugin: plugin.name.to_string(),
+                        reason,
+                        hint,
+                    }),
+                    usable => Ok(Selection {
+                        plugin,
+                        params,
+                        requested,
+                        considered: vec![considered(plugin, usable, true)],
+                    }),
+                }
+            }
+            PluginChoice::Auto => {
+                let mut seen = Vec::new();
+                let mut chosen = None;
+                for plugin in &self.plugins {
+                    if chosen.is_some() {
+                        seen.push(considered(
+                            plugin,
+                            Verdict::Unusable {
+                                reason: "not probed: a higher-priority plugin is usable".into(),
+                                hint: None,
+                            },
+                            false,
+                        ));
+                        continue;
+                    }
+                    let verdict = match failed.iter().find(|(n, _)| n == plugin.name) {
+                        Some((_, reason)) => Verdict::Unusable {
+                            reason: format!("build failed: {reason}"),
+                            hint: None,
+                        },
+                        None => probe_one(plugin, config),
+                    };
+                    if verdict.is_usable() {
+                        chosen = Some(*plugin);
+                    }
+                    seen.push(considered(plugin, verdict, true));
+                }
+                let Some(plugin) = chosen else {
+                    return Err(Error::NoUsablePlugin {
+                        tried: seen
+                            .into_iter()
+                            .map(|c| (c.name, c.verdict.to_string()))
+                            .collect(),
+                    });
+                };
+                let params = params_for(plugin, config)?;
+                Ok(Selection {
+                    plugin,
+                    params,
+                    requested,
+                    considered: seen,
+                })
+            }
+        }
+    }
+
+    /// Selects and builds a backend. Under `auto`, a plugin whose build fails is skipped
+    /// (with its error as the reason) and the next usable one is tried.
+    pub fn open(&self, config: &Config) -> Result<(DynBackend, Selection)> {
+        let mut failed: Vec<(String, String)> = Vec::new();
+        loop {
+            let selection = self.select_excluding(config, &failed)?;
+            let ctx = PluginContext {
+                config,
+                params: &selection.params,
+            };
+            match (selection.plugin.build)(&ctx) {
+                Ok(backend) => {
+                    tracing::info!("{}", selection.summary());
+                    return Ok((backend, selection));
+                }
+                Err(e) if selection.requested == PluginChoice::Auto => {
+                    tracing::warn!(plugin = selection.plugin.name, error = %e, "auto-selected plugin failed to build; trying the next one");
+                    failed.push((selection.plugin.name.to_string(), e.to_string()));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+fn considered(p: &PluginDescriptor, verdict: Verdict, probed: bool) -> Considered {
+    Considered {
+        name: p.name.to_string(),
+        kind: p.kind,
+        priority: p.priority,
+        verdict,
+        probed,
+    }
+}
+
+/// Validates parameters and runs the probe; a parameter error makes the plugin unusable.
+fn probe_one(p: &PluginDescriptor, config: &Config) -> Verdict {
+    match params_for(p, config) {
+        Ok(params) => (p.probe)(&PluginContext {
+            config,
+            params: &params,
+        }),
+        Err(e) => Verdict::Unusable {
+            reason: format!("config does not fit this plugin: {e}"),
+            hint: None,
+        },
+    }
+}
+
+/// The validated parameters of `plugin`: its `[plugin.<name>]` section, plus flat-form
+/// parameters, plus environment fallbacks. Unknown names are errors with a suggestion.
+pub fn params_for(plugin: &PluginDescriptor, config: &Config) -> Result<PluginParams> {
+    let mut out = PluginParams::default();
+    let section = config.section(plugin.name);
+    let given = section
+        .into_iter()
+        .flat_map(|s| s.params.iter())
+        .chain(config.flat_params.iter());
+    for (name, setting) in given {
+        let Some(spec) = plugin.params.iter().find(|s| s.name == name) else {
+            let candidates = plugin
+                .params
+                .iter()
+                .map(|s| s.name)
+                .chain(TOP_LEVEL_KEYS.iter().copied());
+            return Err(Error::UnknownConfigKey {
+                key: name.to_string(),
+                context: format!(
+                    "parameters of plugin {} (accepted: {})",
+                    plugin.name,
+                    plugin
+                        .params
+                        .iter()
+                        .map(|s| s.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                suggestion: closest_match(name, candidates),
+            });
+        };
+        if out.values.iter().any(|(s, _)| s.name == spec.name) {
+            continue; // the plugin section wins over the flat form
+        }
+        let value = typed(spec, &setting.value, &setting.source)?;
+        out.values.push((
+            spec,
+            Setting {
+                value,
+                source: setting.source.clone(),
+                overridden: Vec::new(),
+            },
+        ));
+    }
+    for spec in plugin.params {
+        if out.values.iter().any(|(s, _)| s.name == spec.name) {
+            continue;
+        }
+        for var in spec.env_fallback {
+            if let Some(v) = config.env_var(var) {
+                let source = Source::Env(var.to_string());
+                let value = typed(spec, &RawValue::Str(v.to_string()), &source)?;
+                out.values.push((
+                    spec,
+                    Setting {
+                        value,
+                        source,
+                        overridden: Vec::new(),
+                    },
+                ));
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn typed(spec: &ParamSpec, raw: &RawValue, source: &Source) -> Result<ParamValue> {
+    let shown = if spec.secret {
+        "***".to_string()
+    } else {
+        raw.to_string()
+    };
+    let bad = |want: &str| {
+        Error::invalid_config(
+            spec.name,
+            source.to_string(),
+            format!("`{shown}` is not {want}"),
+        )
+    };
+    Ok(match (spec.kind, raw) {
+        (ParamKind::Bool, RawValue::Bool(b)) => ParamValue::Bool(*b),
+        (ParamKind::Bool, RawValue::Str(s)) => {
+            ParamValue::Bool(parse_bool(s).ok_or_else(|| bad("a boolean (true/false)"))?)
+        }
+        (ParamKind::Bool, RawValue::Int(i @ (0 | 1))) => ParamValue::Bool(*i == 1),
+        (ParamKind::Bool, _) => return Err(bad("a boolean (true/false)")),
+        (ParamKind::UInt, RawValue::Int(i)) if *i >= 0 => ParamValue::UInt(*i as u64),
+        (ParamKind::UInt, RawValue::Str(s)) => ParamValue::UInt(
+            s.trim()
+                .parse()
+                .map_err(|_| bad("a non-negative integer"))?,
+        ),
+        (ParamKind::UInt, _) => return Err(bad("a non-negative integer")),
+        (ParamKind::Float, RawValue::Float(x)) => ParamValue::Float(*x),
+        (ParamKind::Float, RawValue::Int(i)) => ParamValue::Float(*i as f64),
+        (ParamKind::Float, RawValue::Str(s)) => {
+            ParamValue::Float(s.trim().parse().map_err(|_| bad("a number"))?)
+        }
+        (ParamKind::Float, _) => return Err(bad("a number")),
+        (ParamKind::Str, RawValue::Str(s)) => ParamValue::Str(s.clone()),
+        (ParamKind::Str, _) => return Err(bad("a string")),
+        (ParamKind::OneOf(allowed), RawValue::Str(s)) => {
+            let lower = s.to_ascii_lowercase();
+            if !allowed.contains(&lower.as_str()) {
+                return Err(bad(&format!("one of {}", allowed.join(", "))));
+            }
+            ParamValue::Str(lower)
+        }
+        (ParamKind::OneOf(allowed), _) => {
+            return Err(bad(&format!("one of {}", allowed.join(", "))));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ConfigLoader, EnvSnapshot};
+
+    fn usable(_: &PluginContext<'_>) -> Verdict {
+        Verdict::usable("fake")
+    }
+    fn unusable(_: &PluginContext<'_>) -> Verdict {
+        Verdict::unusable("no mount", "mount it")
+    }
+    fn no_build(ctx: &PluginContext<'_>) -> Result<DynBackend> {
+        Err(Error::backend(
+            "FAKE",
+            format!("build not available in tests {}", ctx.params),
+        ))
+    }
+    fn build_memory(_: &PluginContext<'_>) -> Result<DynBackend> {
+        Ok(std::sync::Arc::new(
+            crate::memory_backend::MemoryBackend::new(),
+        ))
+    }
+
+    const PARAMS: &[ParamSpec] = &[
+        ParamSpec::new("use_uring", ParamKind::Bool, "io_uring"),
+        ParamSpec::new("bucket", ParamKind::Str, "bucket").env(&["AWS_DEFAULT_BUCKET"]),
+        ParamSpec::new("secret_key", ParamKind::Str, "secret").secret(),
+        ParamSpec::new("mode", ParamKind::OneOf(&["dram", "dram_zc"]), "mode"),
+    ];
+
+    macro_rules! fake {
+        ($id:ident, $name:literal, $kind:ident, $prio:expr, $probe:ident, $build:ident) => {
+            static $id: PluginDescriptor = PluginDescriptor {
+                name: $name,
+                kind: BackendKind::$kind,
+                priority: $prio,
+                summary: "fake",
+                params: PARAMS,
+                probe: $probe,
+                build: $build,
+            };
+        };
+    }
+    fake!(THREEFS, "3FS", File, priority::THREEFS, unusable, no_build);
+    fake!(POSIX, "POSIX", File, priority::POSIX, usable, build_memory);
+    fake!(GDS_MT, "GDS_MT", File, priority::GDS_MT, usable, no_build);
+    fake!(GDS, "GDS", File, priority::GDS, usable, no_build);
+    fake!(OBJ, "OBJ", Object, priority::OBJ, usable, no_build);
+    fake!(
+        POSIX_BROKEN,
+        "POSIX",
+        File,
+        priority::POSIX,
+        usable,
+        no_build
+    );
+    fake!(POSIX_LOWER, "posix", File, 1, usable, no_build);
+    fake!(
+        POSIX_DOWN,
+        "POSIX",
+        File,
+        priority::POSIX,
+        unusable,
+        no_build
+    );
+
+    fn registry(list: &[&'static PluginDescriptor]) -> PluginRegistry {
+        PluginRegistry::from_descriptors(list.iter().copied()).unwrap()
+    }
+
+    fn auto() -> Config {
+        ConfigLoader::new().load().unwrap()
+    }
+
+    #[test]
+    fn order_is_deterministic_whatever_the_input_order() {
+        let a = registry(&[&OBJ, &GDS, &POSIX, &THREEFS, &GDS_MT]);
+        let b = registry(&[&GDS_MT, &THREEFS, &OBJ, &POSIX, &GDS]);
+        let names = |r: &PluginRegistry| r.plugins().iter().map(|p| p.name).collect::<Vec<_>>();
+        assert_eq!(names(&a), ["3FS", "POSIX", "GDS_MT", "GDS", "OBJ"]);
+        assert_eq!(names(&a), names(&b));
+    }
+
+    #[test]
+    fn auto_takes_first_usable_and_explains() {
+        let r = registry(&[&OBJ, &GDS, &POSIX, &THREEFS, &GDS_MT]);
+        let s = r.select(&auto()).unwrap();
+        assert_eq!(s.plugin.name, "POSIX");
+        assert_eq!(s.considered.len(), 5);
+        assert!(!s.considered[0].verdict.is_usable());
+        assert!(s.considered[2..].iter().all(|c| !c.probed));
+        let line = s.summary();
+        assert!(
+            line.contains("selected plugin POSIX")
+                && line.contains("3FS [unusable: no mount; hint: mount it]"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn explicit_unusable_is_an_error_not_a_fallback() {
+        let r = registry(&[&THREEFS, &POSIX]);
+        let cfg = ConfigLoader::new().set("plugin", "3fs").load().unwrap();
+        let err = r.select(&cfg).unwrap_err();
+        assert!(matches!(&err, Error::PluginUnusable { plugin, .. } if plugin == "3FS"));
+        assert!(err.to_string().contains("mount it"));
+    }
+
+    #[test]
+    fn unknown_and_case_insensitive_names() {
+        let r = registry(&[&POSIX, &GDS]);
+        let cfg = ConfigLoader::new().set("plugin", "Posix").load().unwrap();
+        assert_eq!(r.select(&cfg).unwrap().plugin.name, "POSIX");
+        let cfg = ConfigLoader::new().set("plugin", "posx").load().unwrap();
+        let err = r.select(&cfg).unwrap_err();
+        assert!(err.to_string().contains("did you mean `POSIX`"), "{err}");
+    }
+
+    #[test]
+    fn duplicates_are_errors_but_the_same_static_is_merged() {
+        assert!(PluginRegistry::from_descriptors([&POSIX, &POSIX]).is_ok());
+        let err = PluginRegistry::from_descriptors([&POSIX, &POSIX_LOWER]).unwrap_err();
+        assert!(matches!(err, Error::DuplicatePlugin { .. }));
+    }
+
+    #[test]
+    fn nothing_usable_lists_every_reason() {
+        let r = registry(&[&THREEFS, &POSIX_DOWN]);
+        let err = r.select(&auto()).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("3FS: unusable: no mount") && msg.contains("POSIX"),
+            "{msg}"
+        );
+        let empty = registry(&[]);
+        assert!(empty.select(&auto()).is_err());
+    }
+
+    #[test]
+    fn auto_skips_a_plugin_whose_build_fails() {
+        let r = registry(&[&POSIX_BROKEN, &GDS_MT, &OBJ]);
+        let err = r.open(&auto()).unwrap_err();
+        // Every plugin failed to build; each reason is reported.
+        let msg = err.to_string();
+        assert!(
+            msg.contains("POSIX: unusable: build failed") && msg.contains("OBJ"),
+            "{msg}"
+        );
+        let r = registry(&[&THREEFS, &POSIX]);
+        let (backend, sel) = r.open(&auto()).unwrap();
+        assert_eq!(sel.plugin.name, "POSIX");
+        assert_eq!(backend.info().name, "MEMORY");
+    }
+
+    #[test]
+    fn params_are_typed_checked_and_redacted() {
+        let r = registry(&[&POSIX]);
+        let cfg = ConfigLoader::new()
+            .set("plugin.posix.use_uring", "false")
+            .set("plugin.posix.secret_key", "hunter2")
+            .set("plugin.posix.mode", "DRAM_ZC")
+            .env(EnvSnapshot::from_pairs([(
+                "AWS_DEFAULT_BUCKET",
+                "envbucket",
+            )]))
+            .load()
+            .unwrap();
+        let s = r.select(&cfg).unwrap();
+        assert_eq!(s.params.bool("use_uring"), Some(false));
+        assert_eq!(s.params.str("bucket"), Some("envbucket"));
+        assert_eq!(
+            s.params.source("bucket"),
+            Some(&Source::Env("AWS_DEFAULT_BUCKET".into()))
+        );
+        assert_eq!(s.params.str("mode"), Some("dram_zc"));
+        assert!(!s.summary().contains("hunter2"));
+        assert!(!format!("{:?}", s.params).contains("hunter2"));
+
+        let cfg = ConfigLoader::new()
+            .set("plugin.posix.bucket", "cfg")
+            .env(EnvSnapshot::from_pairs([(
+                "AWS_DEFAULT_BUCKET",
+                "envbucket",
+            )]))
+            .load()
+            .unwrap();
+        assert_eq!(
+            r.select(&cfg).unwrap().params.str("bucket"),
+            Some("cfg"),
+            "config beats the env fallback"
+        );
+
+        let cfg = ConfigLoader::new()
+            .set("plugin.posix.use_urin", "true")
+            .load()
+            .unwrap();
+        let err = r.select(&cfg).unwrap_err();
+        assert!(
+            err.to_string().contains("did you mean `use_uring`"),
+            "{err}"
+        );
+        let cfg = ConfigLoader::new()
+            .set("plugin.posix.use_uring", "perhaps")
+            .load()
+            .unwrap();
+        assert!(r.select(&cfg).is_err());
+        let cfg = ConfigLoader::new()
+            .set("plugin.posix.secret_key", 5)
+            .load()
+            .unwrap();
+        let err = r.select(&cfg).unwrap_err().to_string();
+        assert!(err.contains("***") && !err.contains('5'), "{err}");
+    }
+
+    #[test]
+    fn flat_params_steer_auto_to_a_plugin_they_fit() {
+        static NO_PARAMS: PluginDescriptor = PluginDescriptor {
+            name: "3FS",
+            kind: BackendKind::File,
+            priority: priority::THREEFS,
+            summary: "fake",
+            params: &[],
+            probe: usable,
+            build: no_build,
+        };
+        let r = registry(&[&NO_PARAMS, &POSIX]);
+        let cfg = ConfigLoader::new()
+            .extra_config(r#"{"use_uring": "true"}"#)
+            .load()
+            .unwrap();
+        let s = r.select(&cfg).unwrap();
+        assert_eq!(s.plugin.name, "POSIX");
+        assert!(s.considered[0].verdict.to_string().contains("use_uring"));
+    }
+}

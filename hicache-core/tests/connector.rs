@@ -1,0 +1,690 @@
+//! The connector's decisions and data path, against the reference in-memory backend.
+
+use std::sync::Arc;
+
+use hicache_core::{
+    AnchorPool, AttentionKind, BlockingHiCache, Capability, ConfigLoader, Dtype, Error, HiCache,
+    HiCacheOptions, HostPool, HostSlots, Layout, MemoryBackend, MissReason, MmapPool, NamingScheme,
+    PageKey, PoolGeometry, ReadOutcome, SetOutcome, StorageIdentity, TransferMode, decide_mode,
+    pool,
+};
+
+const PAGES: u64 = 12;
+
+fn mha(layout: Layout, page_tokens: u64) -> PoolGeometry {
+    PoolGeometry::new(
+        AttentionKind::Mha {
+            kv_heads: 2,
+            head_dim: 64,
+        },
+        4,
+        Dtype::Bf16,
+        page_tokens,
+        layout,
+        PAGES,
+    )
+    .unwrap()
+}
+
+fn mla(layout: Layout, page_tokens: u64) -> PoolGeometry {
+    PoolGeometry::new(
+        AttentionKind::Mla { kv_cache_dim: 64 },
+        4,
+        Dtype::Bf16,
+        page_tokens,
+        layout,
+        PAGES,
+    )
+    .unwrap()
+}
+
+fn keys(prefix: &str, n: usize) -> Vec<PageKey> {
+    (0..n)
+        .map(|i| PageKey::new(format!("{prefix}{i:060}")).unwrap())
+        .collect()
+}
+
+fn connector(
+    backend: Arc<MemoryBackend>,
+    extra: &[(&str, &str)],
+    identity: StorageIdentity,
+) -> HiCache {
+    let mut loader = ConfigLoader::new();
+    for (k, v) in extra {
+        loader = loader.set(*k, *v);
+    }
+    HiCache::with_backend(
+        backend,
+        loader.load().unwrap(),
+        HiCacheOptions::new(identity),
+    )
+    .unwrap()
+}
+
+/// Fills page `page` with bytes derived from `seed`, distinct per page and position.
+fn fill(pool: &MmapPool, page: u64, seed: u8) -> Vec<u8> {
+    let g = pool.geometry();
+    let flat: Vec<u8> = (0..g.page_bytes())
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(31)
+                .wrapping_add(seed)
+                .wrapping_add((i >> 8) as u8)
+        })
+        .collect();
+    pool::scatter_page(pool, page, &flat).unwrap();
+    flat
+}
+
+fn page_bytes(pool: &MmapPool, page: u64) -> Vec<u8> {
+    let mut out = vec![0; pool.geometry().page_bytes() as usize];
+    pool::gather_page(pool, page, &mut out).unwrap();
+    out
+}
+
+fn snapshot(pool: &MmapPool) -> Vec<u8> {
+    let mut out = vec![0; pool.geometry().pool_bytes() as usize];
+    pool.read_bytes(0, &mut out).unwrap();
+    out
+}
+
+#[tokio::test]
+async fn round_trip_every_layout_and_mode_with_guards() {
+    // (alignment of the fake storage, page tokens): 1 → zero-copy without direct I/O;
+    // 4096 with 16-token pages → aligned zero-copy; 4096 with 3-token pages → bounce.
+    for (align, page_tokens, anchor) in [
+        (1, 16, false),
+        (4096, 16, false),
+        (4096, 3, false),
+        (4096, 16, true),
+    ] {
+        for geometry in Layout::ALL.into_iter().map(|l| mha(l, page_tokens)).chain(
+            [
+                Layout::LayerFirst,
+                Layout::PageFirst,
+                Layout::PageFirstDirect,
+            ]
+            .map(|l| mla(l, page_tokens)),
+        ) {
+            for naming in ["hicache", "sglang"] {
+                let backend = Arc::new(MemoryBackend::with_alignment(align));
+                let cache = connector(
+                    backend.clone(),
+                    &[("naming", naming)],
+                    StorageIdentity::single("m"),
+                );
+                let ctx = format!(
+                    "align {align} tokens {page_tokens} {} {:?} {naming} anchor {anchor}",
+                    geometry.layout, geometry.attention
+                );
+                if anchor {
+                    let report = cache
+                        .register_pool(Arc::new(AnchorPool::new(geometry).unwrap()))
+                        .unwrap();
+                    assert_eq!(report.mode, TransferMode::Anchor, "{ctx}");
+                    let ks = keys("a", 3);
+                    let set = cache
+                        .batch_set(&ks, HostSlots::Pages(&[0, 1, 2]))
+                        .await
+                        .unwrap();
+                    assert!(
+                        set.iter().all(|r| matches!(r, Ok(SetOutcome::Written))),
+                        "{ctx}"
+                    );
+                    assert_eq!(cache.batch_exists(&ks).await.unwrap(), 3, "{ctx}");
+                    let got = cache
+                        .batch_get(&ks, HostSlots::Pages(&[5, 6, 7]))
+                        .await
+                        .unwrap();
+                    assert!(
+                        got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))),
+                        "{ctx}"
+                    );
+                    continue;
+                }
+                let pool = Arc::new(MmapPool::new(geometry).unwrap());
+                let report = cache.register_pool(pool.clone()).unwrap();
+                let expect_zero_copy = geometry.spans_aligned(pool.base() as u64, align)
+                    && !(naming == "sglang" && geometry.spans_per_page() > 2);
+                assert_eq!(
+                    report.mode == TransferMode::ZeroCopy,
+                    expect_zero_copy,
+                    "{ctx}: {}",
+                    report.reason
+                );
+                let ks = keys("k", 4);
+                let written: Vec<Vec<u8>> =
+                    (0..4).map(|i| fill(&pool, i, i as u8 * 7 + 1)).collect();
+                let set = cache
+                    .batch_set(&ks, HostSlots::Pages(&[0, 1, 2, 3]))
+                    .await
+                    .unwrap();
+                assert!(
+                    set.iter().all(|r| matches!(r, Ok(SetOutcome::Written))),
+                    "{ctx}: {set:?}"
+                );
+                // Guard pattern: every target page and its neighbours hold known bytes.
+                for p in 4..PAGES {
+                    fill(&pool, p, 0xEE);
+                }
+                let before = snapshot(&pool);
+                let got = cache
+                    .batch_get(&ks, HostSlots::Pages(&[6, 8, 9, 11]))
+                    .await
+                    .unwrap();
+                assert!(
+                    got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))),
+                    "{ctx}: {got:?}"
+                );
+                for (i, target) in [6u64, 8, 9, 11].into_iter().enumerate() {
+                    assert_eq!(
+                        page_bytes(&pool, target),
+                        written[i],
+                        "{ctx}: page {target}"
+                    );
+                }
+                let after = snapshot(&pool);
+                for untouched in [4u64, 5, 7, 10] {
+                    for span in geometry.page_spans(untouched).unwrap() {
+                        let r = span.offset as usize..(span.offset + span.len) as usize;
+                        assert_eq!(
+                            before[r.clone()],
+                            after[r],
+                            "{ctx}: guard page {untouched} changed"
+                        );
+                    }
+                }
+                let objects = backend.object_names();
+                assert_eq!(objects.len() as u64, 4 * report.objects_per_page, "{ctx}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn mode_decisions_use_the_real_alignment() {
+    let g = mha(Layout::PageFirst, 16);
+    let mut aligned = Capability::default();
+    aligned.direct_io = true;
+    aligned.io_alignment = 4096;
+    aligned.max_segments = 64;
+    assert_eq!(
+        decide_mode(&g, None, &aligned, NamingScheme::Hicache).0,
+        TransferMode::Anchor
+    );
+    assert_eq!(
+        decide_mode(&g, Some(0), &aligned, NamingScheme::Hicache).0,
+        TransferMode::ZeroCopy
+    );
+    let (mode, why) = decide_mode(&g, Some(512), &aligned, NamingScheme::Hicache);
+    assert_eq!(mode, TransferMode::Bounce);
+    assert!(why.contains("4096-byte alignment"), "{why}");
+    // The same base is fine on a storage that reports 512-byte alignment (ext4 here).
+    let mut ext4 = aligned;
+    ext4.io_alignment = 512;
+    assert_eq!(
+        decide_mode(&g, Some(512), &ext4, NamingScheme::Hicache).0,
+        TransferMode::ZeroCopy
+    );
+    // Without direct I/O alignment does not matter.
+    let mut buffered = aligned;
+    buffered.direct_io = false;
+    assert_eq!(
+        decide_mode(&g, Some(3), &buffered, NamingScheme::Hicache).0,
+        TransferMode::ZeroCopy
+    );
+    // layer_first: zero-copy when aligned, bounce under SGLang naming or too many spans.
+    let lf = mha(Layout::LayerFirst, 16);
+    assert_eq!(
+        decide_mode(&lf, Some(0), &aligned, NamingScheme::Hicache).0,
+        TransferMode::ZeroCopy
+    );
+    assert_eq!(
+        decide_mode(&lf, Some(0), &aligned, NamingScheme::Sglang).0,
+        TransferMode::Bounce
+    );
+    let mut few = aligned;
+    few.max_segments = 4;
+    let (mode, why) = decide_mode(&lf, Some(0), &few, NamingScheme::Hicache);
+    assert_eq!(mode, TransferMode::Bounce);
+    assert!(why.contains("segments"), "{why}");
+}
+
+#[tokio::test]
+async fn misses_inside_a_batch_are_per_page() {
+    let backend = Arc::new(MemoryBackend::with_alignment(4096));
+    let cache = connector(backend, &[], StorageIdentity::single("m"));
+    let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 3)).unwrap());
+    assert_eq!(
+        cache.register_pool(pool.clone()).unwrap().mode,
+        TransferMode::Bounce
+    );
+    let ks = keys("m", 5);
+    fill(&pool, 0, 1);
+    fill(&pool, 2, 2);
+    cache
+        .batch_set(&[ks[0].clone(), ks[2].clone()], HostSlots::Pages(&[0, 2]))
+        .await
+        .unwrap();
+    for p in 5..10 {
+        fill(&pool, p, 0xAB);
+    }
+    let before = snapshot(&pool);
+    let got = cache
+        .batch_get(&ks, HostSlots::Pages(&[5, 6, 7, 8, 9]))
+        .await
+        .unwrap();
+    assert!(matches!(got[0], Ok(ReadOutcome::Hit)));
+    assert!(matches!(
+        got[1],
+        Ok(ReadOutcome::Miss(MissReason::NotFound))
+    ));
+    assert!(matches!(got[2], Ok(ReadOutcome::Hit)));
+    assert!(matches!(
+        got[3],
+        Ok(ReadOutcome::Miss(MissReason::NotFound))
+    ));
+    // Bounce mode: pages that missed are untouched.
+    let after = snapshot(&pool);
+    for p in [6u64, 8, 9] {
+        for s in pool.geometry().page_spans(p).unwrap() {
+            let r = s.offset as usize..(s.offset + s.len) as usize;
+            assert_eq!(before[r.clone()], after[r]);
+        }
+    }
+    assert_eq!(cache.batch_exists(&ks).await.unwrap(), 1);
+    assert_eq!(cache.batch_exists(&[]).await.unwrap(), 0);
+    let stats = cache.stats();
+    assert_eq!((stats.pages_hit, stats.pages_not_found), (2, 3));
+}
+
+#[tokio::test]
+async fn exists_is_the_longest_prefix() {
+    let backend = Arc::new(MemoryBackend::new());
+    let cache = connector(backend.clone(), &[], StorageIdentity::single("m"));
+    let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
+    cache.register_pool(pool).unwrap();
+    let ks = keys("e", 3);
+    cache
+        .batch_set(&[ks[0].clone(), ks[2].clone()], HostSlots::Pages(&[0, 2]))
+        .await
+        .unwrap();
+    assert_eq!(cache.batch_exists(&ks).await.unwrap(), 1);
+    assert_eq!(cache.batch_exists(&ks[1..]).await.unwrap(), 0);
+    let before = backend.object_count();
+    cache
+        .batch_set(&ks[1..2], HostSlots::Pages(&[1]))
+        .await
+        .unwrap();
+    assert_eq!(cache.batch_exists(&ks).await.unwrap(), 3);
+    for n in 0..=3 {
+        assert_eq!(cache.batch_exists(&ks[..n]).await.unwrap(), n);
+    }
+    assert_eq!(backend.object_count(), before + 1, "exists creates nothing");
+    assert!(cache.exists(&ks[2]).await.unwrap());
+    cache.batch_remove(&ks[1..2]).await.unwrap();
+    assert_eq!(cache.batch_exists(&ks).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn corrupt_truncated_and_foreign_objects_read_as_misses() {
+    for align in [1u64, 4096] {
+        for page_tokens in [16u64, 3] {
+            let backend = Arc::new(MemoryBackend::with_alignment(align));
+            let cache = connector(backend.clone(), &[], StorageIdentity::single("m"));
+            let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, page_tokens)).unwrap());
+            let mode = cache.register_pool(pool.clone()).unwrap().mode;
+            let ks = keys("c", 4);
+            for p in 0..4 {
+                fill(&pool, p, p as u8);
+            }
+            cache
+                .batch_set(&ks, HostSlots::Pages(&[0, 1, 2, 3]))
+                .await
+                .unwrap();
+            let name = |i: usize| cache.object_names(&ks[i]).unwrap()[0].as_str().to_string();
+            // 0: bit flip in the payload; 1: truncated; 2: another key's object; 3: header flip.
+            let mut flipped = backend.raw_object(&name(0)).unwrap();
+            let last = flipped.len() - (flipped.len() - 4096) / 2;
+            flipped[last] ^= 0x10;
+            backend.put_raw_object(&name(0), flipped);
+            let full = backend.raw_object(&name(1)).unwrap();
+            backend.put_raw_object(&name(1), full[..full.len() - 4096].to_vec());
+            backend.put_raw_object(&name(2), backend.raw_object(&name(3)).unwrap());
+            let mut header = backend.raw_object(&name(3)).unwrap();
+            header[20] ^= 1;
+            backend.put_raw_object(&name(3), header);
+            let got = cache
+                .batch_get(&ks, HostSlots::Pages(&[4, 5, 6, 7]))
+                .await
+                .unwrap();
+            let ctx = format!("align {align} tokens {page_tokens} {mode}");
+            assert_eq!(
+                got[0].as_ref().unwrap(),
+                &ReadOutcome::Miss(MissReason::ChecksumMismatch),
+                "{ctx}"
+            );
+            assert!(
+                matches!(
+                    got[1],
+                    Ok(ReadOutcome::Miss(MissReason::SizeMismatch { .. }))
+                ),
+                "{ctx}"
+            );
+            assert_eq!(
+                got[2].as_ref().unwrap(),
+                &ReadOutcome::Miss(MissReason::KeyMismatch),
+                "{ctx}"
+            );
+            assert!(
+                matches!(got[3], Ok(ReadOutcome::Miss(MissReason::BadHeader { .. }))),
+                "{ctx}"
+            );
+            assert_eq!(cache.stats().pages_invalid, 4, "{ctx}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn namespaces_isolate_models_ranks_and_layouts() {
+    let backend = Arc::new(MemoryBackend::new());
+    let writer = connector(backend.clone(), &[], StorageIdentity::single("m"));
+    let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
+    writer.register_pool(pool.clone()).unwrap();
+    let ks = keys("n", 1);
+    fill(&pool, 0, 9);
+    writer.batch_set(&ks, HostSlots::Pages(&[0])).await.unwrap();
+    let tp1 = StorageIdentity {
+        tp_rank: 1,
+        tp_size: 2,
+        ..StorageIdentity::single("m")
+    };
+    for (identity, geometry) in [
+        (StorageIdentity::single("other"), mha(Layout::PageFirst, 16)),
+        (tp1, mha(Layout::PageFirst, 16)),
+        (
+            StorageIdentity::single("m"),
+            mha(Layout::PageFirstDirect, 16),
+        ),
+    ] {
+        let reader = connector(backend.clone(), &[], identity);
+        reader
+            .register_pool(Arc::new(MmapPool::new(geometry).unwrap()))
+            .unwrap();
+        assert_eq!(reader.batch_exists(&ks).await.unwrap(), 0);
+        let got = reader.batch_get(&ks, HostSlots::Pages(&[1])).await.unwrap();
+        assert!(matches!(
+            got[0],
+            Ok(ReadOutcome::Miss(MissReason::NotFound))
+        ));
+    }
+    // An object copied under another namespace's name is caught by its header.
+    let reader = connector(backend.clone(), &[], StorageIdentity::single("other"));
+    reader
+        .register_pool(Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap()))
+        .unwrap();
+    let foreign = backend
+        .raw_object(writer.object_names(&ks[0]).unwrap()[0].as_str())
+        .unwrap();
+    backend.put_raw_object(reader.object_names(&ks[0]).unwrap()[0].as_str(), foreign);
+    let got = reader.batch_get(&ks, HostSlots::Pages(&[1])).await.unwrap();
+    assert_eq!(
+        got[0].as_ref().unwrap(),
+        &ReadOutcome::Miss(MissReason::ForeignNamespace)
+    );
+}
+
+#[tokio::test]
+async fn mla_non_writer_ranks_skip_truthfully_and_read_rank_zero_pages() {
+    let backend = Arc::new(MemoryBackend::new());
+    let rank = |r: u32, size: u32| StorageIdentity {
+        tp_rank: r,
+        tp_size: size,
+        ..StorageIdentity::single("ds")
+    };
+    let r2 = connector(backend.clone(), &[], rank(2, 4));
+    let pool2 = Arc::new(MmapPool::new(mla(Layout::PageFirst, 16)).unwrap());
+    assert!(!r2.register_pool(pool2.clone()).unwrap().writer);
+    let ks = keys("mla", 2);
+    let set = r2.batch_set(&ks, HostSlots::Pages(&[0, 1])).await.unwrap();
+    assert!(
+        set.iter()
+            .all(|r| matches!(r, Ok(SetOutcome::SkippedNotWriter)))
+    );
+    assert_eq!(backend.object_count(), 0);
+    let r0 = connector(backend.clone(), &[], rank(0, 4));
+    let pool0 = Arc::new(MmapPool::new(mla(Layout::PageFirst, 16)).unwrap());
+    r0.register_pool(pool0.clone()).unwrap();
+    let data = fill(&pool0, 0, 42);
+    r0.batch_set(&ks[..1], HostSlots::Pages(&[0]))
+        .await
+        .unwrap();
+    let got = r2
+        .batch_get(&ks[..1], HostSlots::Pages(&[3]))
+        .await
+        .unwrap();
+    assert!(matches!(got[0], Ok(ReadOutcome::Hit)));
+    assert_eq!(page_bytes(&pool2, 3), data);
+    let r08 = connector(backend, &[], rank(0, 8));
+    r08.register_pool(Arc::new(MmapPool::new(mla(Layout::PageFirst, 16)).unwrap()))
+        .unwrap();
+    assert_eq!(r08.batch_exists(&ks[..1]).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn bad_batches_are_typed_errors_before_io() {
+    let backend = Arc::new(MemoryBackend::new());
+    let cache = connector(backend.clone(), &[], StorageIdentity::single("m"));
+    let ks = keys("b", 2);
+    assert!(matches!(
+        cache.batch_get(&ks, HostSlots::Pages(&[0, 1])).await,
+        Err(Error::PoolNotRegistered)
+    ));
+    let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 4)).unwrap());
+    cache.register_pool(pool).unwrap();
+    // Ragged token indices (one short), misaligned page start, gaps, out of range.
+    let ragged: Vec<u64> = (0..7).collect();
+    let misaligned: Vec<u64> = (1..9).collect();
+    let gap: Vec<u64> = vec![0, 1, 2, 3, 4, 5, 6, 8];
+    let outside: Vec<u64> = (PAGES * 4..PAGES * 4 + 8).collect();
+    for tokens in [&ragged, &misaligned, &gap, &outside] {
+        let err = cache
+            .batch_set(&ks, HostSlots::Tokens(tokens))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidBatch { .. }), "{err}");
+    }
+    assert!(cache.batch_get(&ks, HostSlots::Pages(&[0])).await.is_err());
+    assert!(
+        cache
+            .batch_get(&ks, HostSlots::Pages(&[0, PAGES]))
+            .await
+            .is_err()
+    );
+    assert_eq!(backend.object_count(), 0);
+    let ok: Vec<u64> = (4..12).collect();
+    let set = cache.batch_set(&ks, HostSlots::Tokens(&ok)).await.unwrap();
+    assert!(set.iter().all(|r| r.is_ok()));
+    assert!(
+        cache
+            .batch_set(&[], HostSlots::Pages(&[]))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        cache
+            .batch_get(&[], HostSlots::Tokens(&[]))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    cache.close();
+    cache.close();
+    assert!(matches!(
+        cache.batch_exists(&ks).await,
+        Err(Error::PoolNotRegistered)
+    ));
+}
+
+#[tokio::test]
+async fn batches_larger_than_staging_are_chunked() {
+    for page_tokens in [3u64, 16] {
+        let backend = Arc::new(MemoryBackend::with_alignment(4096));
+        let config = ConfigLoader::new().load().unwrap();
+        let options = HiCacheOptions::new(StorageIdentity::single("m"))
+            .with_max_slots_per_chunk(5)
+            .with_staging_chunk_bytes(1 << 20);
+        let cache = HiCache::with_backend(backend, config, options).unwrap();
+        let geometry = PoolGeometry {
+            pages: 300,
+            ..mha(Layout::PageFirst, page_tokens)
+        };
+        let pool = Arc::new(MmapPool::new(geometry).unwrap());
+        cache.register_pool(pool.clone()).unwrap();
+        let ks = keys("big", 150);
+        let src: Vec<u64> = (0..150).collect();
+        let dst: Vec<u64> = (150..300).collect();
+        let data: Vec<Vec<u8>> = src.iter().map(|p| fill(&pool, *p, *p as u8)).collect();
+        let set = cache.batch_set(&ks, HostSlots::Pages(&src)).await.unwrap();
+        assert_eq!(set.len(), 150);
+        assert!(set.iter().all(|r| r.is_ok()));
+        let got = cache.batch_get(&ks, HostSlots::Pages(&dst)).await.unwrap();
+        assert!(got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))));
+        for (i, p) in dst.iter().enumerate() {
+            assert_eq!(page_bytes(&pool, *p), data[i]);
+        }
+        assert_eq!(cache.batch_exists(&ks).await.unwrap(), 150);
+    }
+}
+
+#[test]
+fn concurrent_threads_on_overlapping_keys_stay_correct() {
+    for page_tokens in [3u64, 16] {
+        let backend = Arc::new(MemoryBackend::with_alignment(4096));
+        let config = ConfigLoader::new().load().unwrap();
+        let options = HiCacheOptions::new(StorageIdentity::single("m")).with_max_slots_per_chunk(4);
+        let cache = Arc::new(
+            BlockingHiCache::new(HiCache::with_backend(backend, config, options).unwrap()).unwrap(),
+        );
+        let geometry = PoolGeometry {
+            pages: 64,
+            ..mha(Layout::PageFirst, page_tokens)
+        };
+        let pool = Arc::new(MmapPool::new(geometry).unwrap());
+        cache.register_pool(pool.clone()).unwrap();
+        let ks = keys("t", 8);
+        // Every key's page content depends only on the key, so concurrent writers of the same
+        // key write identical bytes and any hit must equal them.
+        let expected: Vec<Vec<u8>> = (0..8).map(|i| fill(&pool, i, 100 + i as u8)).collect();
+        let threads: Vec<_> = (0..3)
+            .map(|t| {
+                let cache = cache.clone();
+                let ks = ks.clone();
+                let pool = pool.clone();
+                let expected = expected.clone();
+                std::thread::spawn(move || {
+                    for round in 0..60u64 {
+                        let i = ((round * 3 + t) % 8) as usize;
+                        match t {
+                            0 => {
+                                let r = cache
+                                    .batch_set(&ks[i..i + 1], HostSlots::Pages(&[i as u64]))
+                                    .unwrap();
+                                assert!(r[0].is_ok());
+                            }
+                            1 => {
+                                let target = 16 + (round % 16);
+                                let r = cache
+                                    .batch_get(&ks[i..i + 1], HostSlots::Pages(&[target]))
+                                    .unwrap();
+                                if matches!(r[0], Ok(ReadOutcome::Hit)) {
+                                    assert_eq!(page_bytes(&pool, target), expected[i]);
+                                }
+                            }
+                            _ => {
+                                let n = cache.batch_exists(&ks).unwrap();
+                                assert!(n <= 8);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn sglang_naming_and_raw_format_match_sglang_objects() {
+    let backend = Arc::new(MemoryBackend::new());
+    let identity = StorageIdentity {
+        tp_rank: 0,
+        tp_size: 2,
+        ..StorageIdentity::single("Qwen/Qwen3-8B")
+    };
+    let cache = connector(
+        backend.clone(),
+        &[("naming", "sglang"), ("page_format", "raw")],
+        identity,
+    );
+    let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
+    let report = cache.register_pool(pool.clone()).unwrap();
+    assert_eq!(
+        (report.mode, report.objects_per_page),
+        (TransferMode::ZeroCopy, 2)
+    );
+    let key = PageKey::new("H").unwrap();
+    let flat = fill(&pool, 0, 3);
+    cache
+        .batch_set(std::slice::from_ref(&key), HostSlots::Pages(&[0]))
+        .await
+        .unwrap();
+    assert_eq!(
+        backend.object_names(),
+        ["H_Qwen-Qwen3-8B_0_2_k", "H_Qwen-Qwen3-8B_0_2_v"]
+    );
+    let half = flat.len() / 2;
+    assert_eq!(
+        backend.raw_object("H_Qwen-Qwen3-8B_0_2_k").unwrap(),
+        flat[..half]
+    );
+    assert_eq!(
+        backend.raw_object("H_Qwen-Qwen3-8B_0_2_v").unwrap(),
+        flat[half..]
+    );
+    // A page whose V object is missing does not exist.
+    backend.put_raw_object("H2_Qwen-Qwen3-8B_0_2_k", flat[..half].to_vec());
+    let k2 = PageKey::new("H2").unwrap();
+    assert_eq!(cache.batch_exists(&[key.clone(), k2]).await.unwrap(), 1);
+    let got = cache
+        .batch_get(std::slice::from_ref(&key), HostSlots::Pages(&[5]))
+        .await
+        .unwrap();
+    assert!(matches!(got[0], Ok(ReadOutcome::Hit)));
+    assert_eq!(page_bytes(&pool, 5), flat);
+}
+
+#[tokio::test]
+async fn enveloped_objects_are_identical_across_modes() {
+    // The same page written zero-copy and through bounce produces the same object bytes.
+    let g = mha(Layout::PageFirst, 16);
+    let mut objects = Vec::new();
+    for align in [1u64, 4096] {
+        let backend = Arc::new(MemoryBackend::with_alignment(align));
+        let cache = connector(backend.clone(), &[], StorageIdentity::single("m"));
+        let pool = Arc::new(MmapPool::new(g).unwrap());
+        cache.register_pool(pool.clone()).unwrap();
+        fill(&pool, 0, 5);
+        let ks = keys("same", 1);
+        cache.batch_set(&ks, HostSlots::Pages(&[0])).await.unwrap();
+        objects.push(
+            backend
+                .raw_object(cache.object_names(&ks[0]).unwrap()[0].as_str())
+                .unwrap(),
+        );
+    }
+    assert_eq!(objects[0], objects[1]);
+}

@@ -1,0 +1,401 @@
+//! The POSIX backend: routing, registrations, alignment checks, and the engine.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use hicache_core::routing::{self, bucket_name};
+use hicache_core::{
+    BackendInfo, BackendKind, Capability, Error, MemKind, MemoryRegion, ObjectKey, ReadItem,
+    ReadOutcome, RegionId, RegionTable, Result, Slice, StorageBackend, Usage, WriteItem,
+};
+
+use crate::NAME;
+use crate::config::{EngineChoice, PosixConfig};
+use crate::fsinfo::{self, FsInfo};
+use crate::io::Root;
+use crate::plan::{OpKind, Outcome, Plan};
+use crate::threads::ThreadEngine;
+
+/// Most iovecs per object (Linux IOV_MAX).
+const MAX_SEGMENTS: u32 = 1024;
+
+/// What the backend found out about one storage dir.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RootInfo {
+    /// The dir.
+    pub path: PathBuf,
+    /// Its filesystem.
+    pub fs: FsInfo,
+    /// Whether objects there are opened with O_DIRECT.
+    pub direct: bool,
+    /// Why direct I/O is off there although it was asked for, if so.
+    pub direct_fallback: Option<String>,
+}
+
+#[derive(Debug)]
+enum Engine {
+    Threads(ThreadEngine),
+}
+
+impl Engine {
+    async fn run(&self, plan: Arc<Plan>) {
+        match self {
+            Engine::Threads(t) => t.run(plan).await,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Engine::Threads(t) => format!("threads ({})", t.threads()),
+        }
+    }
+}
+
+/// O_DIRECT files under one or more storage dirs.
+#[derive(Debug)]
+pub struct PosixBackend {
+    regions: RegionTable,
+    roots: Arc<[Root]>,
+    root_info: Vec<RootInfo>,
+    engine: Engine,
+    alignment: u64,
+    direct_io: bool,
+    sync: bool,
+}
+
+impl PosixBackend {
+    /// Creates the dirs and their 256 bucket dirs, checks O_DIRECT per dir, starts the engine.
+    pub fn new(cfg: &PosixConfig) -> Result<Self> {
+        if cfg.dirs.is_empty() {
+            return Err(Error::invalid_config(
+                "storage_dir",
+                NAME,
+                "no storage dir given",
+            ));
+        }
+        let mut roots = Vec::with_capacity(cfg.dirs.len());
+        let mut root_info = Vec::with_capacity(cfg.dirs.len());
+        for dir in &cfg.dirs {
+            prepare_dir(dir)?;
+            let fs = fsinfo::fs_info(dir)
+                .map_err(|e| Error::io(NAME, "statfs", Some(dir.clone()), e))?;
+            let (direct, fallback) = if cfg.direct_io {
+                match direct_io_supported(dir) {
+                    Ok(()) => (true, None),
+                    Err(e) => {
+                        let why = format!(
+                            "O_DIRECT refused on {} ({}): {e}",
+                            dir.display(),
+                            fs.fs_type
+                        );
+                        tracing::warn!(
+                            root = %dir.display(),
+                            fs = %fs.fs_type,
+                            errno = e.raw_os_error().unwrap_or(0),
+                            "O_DIRECT is refused here; falling back to buffered I/O for this dir"
+                        );
+                        (false, Some(why))
+                    }
+                }
+            } else {
+                (false, None)
+            };
+            roots.push(Root {
+                path: dir.as_os_str().as_bytes().to_vec(),
+                direct,
+            });
+            root_info.push(RootInfo {
+                path: dir.clone(),
+                fs,
+                direct,
+                direct_fallback: fallback,
+            });
+        }
+        let direct_io = root_info.iter().any(|r| r.direct);
+        let alignment = root_info
+            .iter()
+            .filter(|r| r.direct)
+            .map(|r| r.fs.io_alignment())
+            .max()
+            .unwrap_or(1);
+        let roots: Arc<[Root]> = roots.into();
+        let engine = match cfg.engine {
+            EngineChoice::Threads | EngineChoice::Auto => {
+                Engine::Threads(start_threads(cfg, &roots)?)
+            }
+            EngineChoice::Uring => {
+                return Err(Error::Unsupported {
+                    backend: NAME.into(),
+                    operation: "engine = \"uring\" in this build (use engine = \"threads\")".into(),
+                });
+            }
+        };
+        Ok(PosixBackend {
+            regions: RegionTable::new(NAME),
+            roots,
+            root_info,
+            engine,
+            alignment,
+            direct_io,
+            sync: cfg.sync,
+        })
+    }
+
+    /// Facts about each storage dir.
+    pub fn roots(&self) -> &[RootInfo] {
+        &self.root_info
+    }
+
+    /// The engine in use, for humans.
+    pub fn engine_description(&self) -> String {
+        self.engine.describe()
+    }
+
+    /// The file an object is stored in.
+    pub fn object_path(&self, key: &ObjectKey) -> PathBuf {
+        let route = routing::route(key, self.roots.len()).expect("at least one root");
+        let bucket = bucket_name(route.bucket);
+        self.root_info[route.dir]
+            .path
+            .join(std::str::from_utf8(&bucket).expect("hex"))
+            .join(key.as_str())
+    }
+
+    fn route(&self, key: &ObjectKey) -> (usize, [u8; 2]) {
+        let r = routing::route(key, self.roots.len()).expect("at least one root");
+        (r.dir, bucket_name(r.bucket))
+    }
+
+    /// Resolves and checks each segment; pushes iovecs into `iov`.
+    fn resolve_segments(
+        &self,
+        key: &ObjectKey,
+        segments: &[Slice],
+        align: u64,
+        iov: &mut Vec<libc::iovec>,
+        keep: &mut Vec<(RegionId, Option<MemoryRegion>)>,
+    ) -> Result<()> {
+        if segments.len() > MAX_SEGMENTS as usize {
+            return Err(Error::InvalidBatch {
+                reason: format!(
+                    "object {key} has {} segments; at most {MAX_SEGMENTS} are allowed",
+                    segments.len()
+                ),
+            });
+        }
+        for (i, s) in segments.iter().enumerate() {
+            let r = self.regions.resolve(s)?;
+            if align > 1 && (r.addr as u64 % align != 0 || r.len as u64 % align != 0) {
+                return Err(Error::Misaligned {
+                    backend: NAME.into(),
+                    what: format!(
+                        "segment {i} of object {key} (region {}, offset {})",
+                        s.region, s.offset
+                    ),
+                    align,
+                    addr: r.addr as u64,
+                    len: r.len as u64,
+                });
+            }
+            if !keep.iter().any(|(id, _)| *id == s.region) {
+                keep.push((s.region, self.regions.get(s.region)));
+            }
+            iov.push(libc::iovec {
+                iov_base: r.as_ptr().cast(),
+                iov_len: r.len,
+            });
+        }
+        Ok(())
+    }
+
+    fn transfer_plan(&self, kind: OpKind, items: &[(&ObjectKey, &[Slice])]) -> Plan {
+        let mut plan = Plan::new(kind, self.sync, items.len());
+        let mut keep = Vec::new();
+        let mut iov = Vec::with_capacity(4);
+        for (key, segments) in items {
+            iov.clear();
+            let route = self.route(key);
+            let align = if self.roots[route.0].direct {
+                self.alignment
+            } else {
+                1
+            };
+            match self.resolve_segments(key, segments, align, &mut iov, &mut keep) {
+                Ok(()) => plan.push(key.as_str(), route, &iov),
+                Err(e) => plan.push_failed(e),
+            }
+        }
+        for (_, region) in keep.into_iter() {
+            if let Some(r) = region {
+                plan.keep_alive(r);
+            }
+        }
+        plan
+    }
+
+    fn key_plan(&self, kind: OpKind, keys: &[ObjectKey]) -> Plan {
+        let mut plan = Plan::new(kind, self.sync, keys.len());
+        for key in keys {
+            plan.push(key.as_str(), self.route(key), &[]);
+        }
+        plan
+    }
+}
+
+/// Takes every item's result out of a finished plan.
+fn collect<T>(plan: &Plan, pick: impl Fn(Outcome) -> Option<T>) -> Vec<Result<T>> {
+    (0..plan.len())
+        .map(|i| match plan.take(i) {
+            Some(Ok(outcome)) => pick(outcome)
+                .ok_or_else(|| Error::backend(NAME, "engine returned the wrong kind of result")),
+            Some(Err(e)) => Err(e),
+            None => Err(Error::backend(
+                NAME,
+                "the I/O engine stopped before this item ran",
+            )),
+        })
+        .collect()
+}
+
+fn start_threads(cfg: &PosixConfig, roots: &Arc<[Root]>) -> Result<ThreadEngine> {
+    ThreadEngine::new(cfg.threads, roots.clone())
+        .map_err(|e| Error::io(NAME, "spawn I/O threads", None, e))
+}
+
+/// Creates a storage dir and its 256 bucket dirs (`00`..`ff`).
+fn prepare_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io(NAME, "create storage dir", Some(dir.to_path_buf()), e))?;
+    for b in 0..=255u8 {
+        let bucket = dir.join(std::str::from_utf8(&bucket_name(b)).expect("hex"));
+        match std::fs::create_dir(&bucket) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io(NAME, "create bucket dir", Some(bucket), e)),
+        }
+    }
+    Ok(())
+}
+
+/// Whether the filesystem of `dir` accepts O_DIRECT opens.
+fn direct_io_supported(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(format!(".hicache-dio-{}", std::process::id()));
+    let c = fsinfo::cstring(&probe)?;
+    // SAFETY: NUL-terminated path; the fd is closed right away.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_DIRECT | libc::O_CLOEXEC,
+            0o644,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened by us; c is NUL-terminated.
+    unsafe {
+        libc::close(fd);
+        libc::unlink(c.as_ptr());
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl StorageBackend for PosixBackend {
+    fn info(&self) -> BackendInfo {
+        let mut capability = Capability::default();
+        capability.direct_io = self.direct_io;
+        capability.io_alignment = self.alignment;
+        capability.host_memory = true;
+        capability.atomic_publish = true;
+        capability.max_segments = MAX_SEGMENTS;
+        capability.persistent = true;
+        BackendInfo {
+            name: NAME.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            kind: BackendKind::File,
+            capability,
+            location: self
+                .root_info
+                .iter()
+                .map(|r| r.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+
+    fn register(&self, region: MemoryRegion) -> Result<RegionId> {
+        if region.kind() != MemKind::Host {
+            return Err(Error::Unsupported {
+                backend: NAME.into(),
+                operation: format!(
+                    "registering {} memory (POSIX moves host memory; use the GDS plugin for GPU memory)",
+                    region.kind()
+                ),
+            });
+        }
+        Ok(self.regions.insert(region))
+    }
+
+    fn deregister(&self, id: RegionId) -> Result<()> {
+        self.regions.remove(id).map(drop)
+    }
+
+    async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {
+        let items: Vec<(&ObjectKey, &[Slice])> =
+            batch.iter().map(|i| (i.key, i.segments)).collect();
+        let plan = Arc::new(self.transfer_plan(OpKind::Write, &items));
+        self.engine.run(plan.clone()).await;
+        collect(&plan, |o| match o {
+            Outcome::Done => Some(()),
+            _ => None,
+        })
+    }
+
+    async fn read(&self, batch: &[ReadItem<'_>]) -> Vec<Result<ReadOutcome>> {
+        let items: Vec<(&ObjectKey, &[Slice])> =
+            batch.iter().map(|i| (i.key, i.segments)).collect();
+        let plan = Arc::new(self.transfer_plan(OpKind::Read, &items));
+        self.engine.run(plan.clone()).await;
+        collect(&plan, |o| match o {
+            Outcome::Read(r) => Some(r),
+            _ => None,
+        })
+    }
+
+    async fn exists(&self, keys: &[ObjectKey]) -> Vec<Result<bool>> {
+        let plan = Arc::new(self.key_plan(OpKind::Exists, keys));
+        self.engine.run(plan.clone()).await;
+        collect(&plan, |o| match o {
+            Outcome::Exists(b) => Some(b),
+            _ => None,
+        })
+    }
+
+    async fn remove(&self, keys: &[ObjectKey]) -> Vec<Result<()>> {
+        let plan = Arc::new(self.key_plan(OpKind::Remove, keys));
+        self.engine.run(plan.clone()).await;
+        collect(&plan, |o| match o {
+            Outcome::Done => Some(()),
+            _ => None,
+        })
+    }
+
+    async fn usage(&self) -> Result<Usage> {
+        let mut total = 0u64;
+        let mut free = 0u64;
+        for r in &self.root_info {
+            let (f, t) = fsinfo::space(&r.path)
+                .map_err(|e| Error::io(NAME, "statvfs", Some(r.path.clone()), e))?;
+            total += t;
+            free += f;
+        }
+        Ok(Usage {
+            total_bytes: Some(total),
+            used_bytes: Some(total.saturating_sub(free)),
+            available_bytes: Some(free),
+        })
+    }
+}

@@ -1,0 +1,137 @@
+//! POSIX plugin parameters, typed and validated.
+
+use std::path::PathBuf;
+
+use hicache_core::{Error, ParamKind, ParamSpec, PluginContext, Result};
+
+use crate::NAME;
+
+/// Parameters accepted in `[plugin.posix]` (or the flat form).
+pub const PARAMS: &[ParamSpec] = &[
+    ParamSpec::new(
+        "engine",
+        ParamKind::OneOf(&["auto", "uring", "threads"]),
+        "I/O engine: io_uring, a thread pool, or auto (io_uring when the kernel allows it)",
+    ),
+    ParamSpec::new(
+        "threads",
+        ParamKind::UInt,
+        "I/O threads of the thread-pool engine (default 8)",
+    ),
+    ParamSpec::new(
+        "queue_depth",
+        ParamKind::UInt,
+        "io_uring submission queue entries (default 256)",
+    ),
+    ParamSpec::new(
+        "sync",
+        ParamKind::Bool,
+        "fdatasync each object before publishing it (durability across power loss; default false)",
+    ),
+    ParamSpec::new(
+        "use_uring",
+        ParamKind::Bool,
+        "NIXL compatibility: true means engine = uring",
+    ),
+    ParamSpec::new(
+        "use_aio",
+        ParamKind::Bool,
+        "NIXL compatibility: accepted; Linux AIO is served by the thread-pool engine",
+    ),
+    ParamSpec::new(
+        "use_posix_aio",
+        ParamKind::Bool,
+        "NIXL compatibility: accepted; POSIX AIO is served by the thread-pool engine",
+    ),
+];
+
+/// Which engine runs I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineChoice {
+    /// io_uring when available, else threads.
+    Auto,
+    /// io_uring; an error when the kernel refuses it.
+    Uring,
+    /// The portable thread pool.
+    Threads,
+}
+
+/// The validated configuration of one POSIX backend.
+#[derive(Clone, Debug)]
+pub struct PosixConfig {
+    /// Storage dirs, in routing order.
+    pub dirs: Vec<PathBuf>,
+    /// Open objects with O_DIRECT (falls back per dir where the filesystem refuses it).
+    pub direct_io: bool,
+    /// Engine.
+    pub engine: EngineChoice,
+    /// Thread-pool size.
+    pub threads: usize,
+    /// io_uring queue depth.
+    pub queue_depth: u32,
+    /// fdatasync before publish.
+    pub sync: bool,
+}
+
+impl PosixConfig {
+    /// Reads the plugin context.
+    pub fn from_context(ctx: &PluginContext<'_>) -> Result<Self> {
+        let p = ctx.params;
+        let mut engine = match p.str("engine") {
+            Some("uring") => EngineChoice::Uring,
+            Some("threads") => EngineChoice::Threads,
+            _ => EngineChoice::Auto,
+        };
+        let nixl_modes = [
+            p.bool("use_uring").unwrap_or(false),
+            p.bool("use_aio").unwrap_or(false),
+            p.bool("use_posix_aio").unwrap_or(false),
+        ];
+        if nixl_modes.iter().filter(|b| **b).count() > 1 {
+            return Err(Error::invalid_config(
+                "use_uring/use_aio/use_posix_aio",
+                "plugin parameters",
+                "these NIXL modes are mutually exclusive",
+            ));
+        }
+        if p.str("engine").is_none() {
+            if nixl_modes[0] {
+                engine = EngineChoice::Uring;
+            } else if nixl_modes[1] || nixl_modes[2] {
+                engine = EngineChoice::Threads;
+            }
+        }
+        let threads = p.uint("threads").unwrap_or(8);
+        if threads == 0 || threads > 1024 {
+            return Err(Error::invalid_config(
+                "threads",
+                source(ctx, "threads"),
+                format!("{threads} is outside 1..=1024"),
+            ));
+        }
+        let queue_depth = p.uint("queue_depth").unwrap_or(256);
+        if !(8..=4096).contains(&queue_depth) || !queue_depth.is_power_of_two() {
+            return Err(Error::invalid_config(
+                "queue_depth",
+                source(ctx, "queue_depth"),
+                format!("{queue_depth} is not a power of two in 8..=4096"),
+            ));
+        }
+        Ok(PosixConfig {
+            dirs: ctx.config.storage_dirs.value.clone(),
+            direct_io: ctx.config.use_direct_io.value,
+            engine,
+            threads: threads as usize,
+            queue_depth: queue_depth as u32,
+            sync: p.bool("sync").unwrap_or(false),
+        })
+    }
+}
+
+fn source(ctx: &PluginContext<'_>, name: &str) -> String {
+    ctx.params
+        .source(name)
+        .map(ToString::to_string)
+        .unwrap_or_else(|| NAME.into())
+}

@@ -1,0 +1,38 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+mod backend;
+mod config;
+mod fsinfo;
+mod io;
+mod plan;
+mod probe;
+mod threads;
+
+pub use backend::{PosixBackend, RootInfo};
+pub use config::{EngineChoice, PARAMS, PosixConfig};
+pub use fsinfo::{FALLBACK_ALIGN, FsInfo, fs_info, space};
+pub use probe::{DirProbe, DirProblem, probe_dir};
+
+use hicache_core::{BackendKind, DynBackend, PluginContext, PluginDescriptor, Result, priority};
+
+/// The plugin's name.
+pub const NAME: &str = "POSIX";
+
+/// The POSIX plugin.
+pub static DESCRIPTOR: PluginDescriptor = PluginDescriptor {
+    name: NAME,
+    kind: BackendKind::File,
+    priority: priority::POSIX,
+    summary: "files on a local or shared filesystem, O_DIRECT, atomic publish",
+    params: PARAMS,
+    probe: probe::probe,
+    build,
+};
+
+hicache_core::register_plugin!(DESCRIPTOR);
+
+fn build(ctx: &PluginContext<'_>) -> Result<DynBackend> {
+    let cfg = PosixConfig::from_context(ctx)?;
+    Ok(std::sync::Arc::new(PosixBackend::new(&cfg)?))
+}

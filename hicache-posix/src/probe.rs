@@ -1,0 +1,163 @@
+//! The functional probe: can this plugin store pages in these dirs, on this machine, now?
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use hicache_core::{AlignedBuf, PluginContext, Verdict};
+
+use crate::config::{EngineChoice, PosixConfig};
+use crate::fsinfo::{self, FsInfo};
+
+/// What the probe found in one dir.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DirProbe {
+    /// The dir.
+    pub path: PathBuf,
+    /// Its filesystem.
+    pub fs: FsInfo,
+    /// Bytes free for this user.
+    pub free_bytes: u64,
+    /// Whether an aligned O_DIRECT write + read + verify worked (None: not asked for).
+    pub direct_io: Option<bool>,
+    /// Why O_DIRECT did not work, if it did not.
+    pub direct_io_error: Option<String>,
+}
+
+/// Why a dir cannot be used, and how to fix it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirProblem {
+    /// What failed.
+    pub reason: String,
+    /// How to fix it.
+    pub hint: String,
+}
+
+/// Creates `dir` if needed and proves a probe object can be written, read back and verified
+/// (with O_DIRECT when `direct` is set; a filesystem that refuses O_DIRECT is reported, and
+/// the round trip is repeated with buffered I/O).
+pub fn probe_dir(dir: &Path, direct: bool) -> Result<DirProbe, DirProblem> {
+    let unwritable = |what: &str, e: std::io::Error| {
+        DirProblem {
+        reason: format!("{what} {}: {e}", dir.display()),
+        hint: "create the dir with write permission for this user, or choose another one with --dir or HICACHE_STORAGE_DIR".into(),
+    }
+    };
+    std::fs::create_dir_all(dir).map_err(|e| unwritable("cannot create storage dir", e))?;
+    let fs = fsinfo::fs_info(dir).map_err(|e| unwritable("cannot stat storage dir", e))?;
+    let (free_bytes, _) =
+        fsinfo::space(dir).map_err(|e| unwritable("cannot statvfs storage dir", e))?;
+    let mut report = DirProbe {
+        path: dir.to_path_buf(),
+        fs,
+        free_bytes,
+        direct_io: None,
+        direct_io_error: None,
+    };
+    if direct {
+        match round_trip(dir, report.fs.io_alignment(), true) {
+            Ok(()) => report.direct_io = Some(true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                report.direct_io = Some(false);
+                report.direct_io_error = Some(format!(
+                    "{} refuses O_DIRECT (EINVAL); pages there use buffered I/O",
+                    report.fs.fs_type
+                ));
+            }
+            Err(e) => return Err(unwritable("probe object failed in", e)),
+        }
+    }
+    if report.direct_io != Some(true) {
+        round_trip(dir, 4096, false).map_err(|e| unwritable("probe object failed in", e))?;
+    }
+    Ok(report)
+}
+
+/// Writes, reads back and compares two aligned blocks in a probe file, then removes it.
+fn round_trip(dir: &Path, align: u64, direct: bool) -> std::io::Result<()> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let path = dir.join(format!(
+        ".hicache-probe-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let c = fsinfo::cstring(&path)?;
+    let len = (2 * align.max(4096)) as usize;
+    let out = AlignedBuf::zeroed(len, align.max(4096) as usize)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let back = AlignedBuf::zeroed(len, align.max(4096) as usize)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let pattern: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+    out.copy_from(0, &pattern)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+    if direct {
+        flags |= libc::O_DIRECT;
+    }
+    // SAFETY: NUL-terminated path; the fd is owned by OwnedFd below.
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o644) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is fresh and ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let result = (|| {
+        // SAFETY: both buffers are `len` bytes, aligned, and exclusively ours.
+        let w = unsafe { libc::pwrite(fd.as_raw_fd(), out.as_ptr().cast(), len, 0) };
+        if w < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        let r = unsafe { libc::pread(fd.as_raw_fd(), back.as_ptr().cast(), len, 0) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut got = vec![0u8; len];
+        back.copy_to(0, &mut got)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        if w as usize != len || r as usize != len || got != pattern {
+            return Err(std::io::Error::other(format!(
+                "probe data did not round-trip (wrote {w}, read {r} of {len} bytes)"
+            )));
+        }
+        Ok(())
+    })();
+    drop(fd);
+    // SAFETY: NUL-terminated path.
+    unsafe { libc::unlink(c.as_ptr()) };
+    result
+}
+
+/// The plugin's probe: config valid, every dir writable with a verified round trip.
+pub(crate) fn probe(ctx: &PluginContext<'_>) -> Verdict {
+    let cfg = match PosixConfig::from_context(ctx) {
+        Ok(c) => c,
+        Err(e) => return Verdict::unusable(e.to_string(), "fix the [plugin.posix] parameters"),
+    };
+    if cfg.engine == EngineChoice::Uring {
+        return Verdict::unusable(
+            "engine = \"uring\" is not available in this build",
+            "use engine = \"threads\" or \"auto\"",
+        );
+    }
+    let mut details = Vec::new();
+    for dir in &cfg.dirs {
+        match probe_dir(dir, cfg.direct_io) {
+            Ok(p) => {
+                let dio = match (p.direct_io, &p.direct_io_error) {
+                    (Some(true), _) => format!("O_DIRECT ok, align {}", p.fs.io_alignment()),
+                    (Some(false), Some(e)) => e.clone(),
+                    _ => "buffered I/O".into(),
+                };
+                details.push(format!("{}: {}, {dio}", p.path.display(), p.fs.fs_type));
+            }
+            Err(problem) => {
+                return Verdict::Unusable {
+                    reason: problem.reason,
+                    hint: Some(problem.hint),
+                };
+            }
+        }
+    }
+    Verdict::usable(details.join("; "))
+}

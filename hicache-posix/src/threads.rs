@@ -1,0 +1,119 @@
+//! The portable engine: a fixed pool of threads running blocking `preadv`/`pwritev`.
+//!
+//! A batch is offered to up to `threads` workers at once; each takes the next unclaimed item
+//! until none is left, so one slow item never holds up the others, and the batch completes
+//! when the last worker leaves it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use tokio::sync::oneshot;
+
+use crate::io::Root;
+use crate::plan::Plan;
+
+struct Batch {
+    plan: Arc<Plan>,
+    next: AtomicUsize,
+    workers_left: AtomicUsize,
+    done: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Batch {
+    fn work(&self, roots: &[Root]) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.plan.len() {
+                break;
+            }
+            self.plan.run_item(i, roots);
+        }
+        if self.workers_left.fetch_sub(1, Ordering::AcqRel) == 1
+            && let Some(tx) = self.done.lock().unwrap_or_else(|e| e.into_inner()).take()
+        {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A pool of I/O threads.
+pub(crate) struct ThreadEngine {
+    tx: Mutex<Option<Sender<Arc<Batch>>>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ThreadEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadEngine")
+            .field("threads", &self.workers.len())
+            .finish()
+    }
+}
+
+impl ThreadEngine {
+    pub(crate) fn new(threads: usize, roots: Arc<[Root]>) -> std::io::Result<Self> {
+        let (tx, rx) = channel::<Arc<Batch>>();
+        let rx = Arc::new(Mutex::new(rx));
+        let workers = (0..threads.max(1))
+            .map(|n| {
+                let rx: Arc<Mutex<Receiver<Arc<Batch>>>> = rx.clone();
+                let roots = roots.clone();
+                std::thread::Builder::new()
+                    .name(format!("hicache-posix-{n}"))
+                    .spawn(move || {
+                        loop {
+                            let batch = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                                Ok(b) => b,
+                                Err(_) => return, // engine dropped
+                            };
+                            batch.work(&roots);
+                        }
+                    })
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(ThreadEngine {
+            tx: Mutex::new(Some(tx)),
+            workers,
+        })
+    }
+
+    pub(crate) fn threads(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Runs every item of `plan`; completes when all are done.
+    pub(crate) async fn run(&self, plan: Arc<Plan>) {
+        if plan.len() == 0 {
+            return;
+        }
+        let fanout = plan.len().min(self.workers.len());
+        let (done_tx, done_rx) = oneshot::channel();
+        let batch = Arc::new(Batch {
+            plan,
+            next: AtomicUsize::new(0),
+            workers_left: AtomicUsize::new(fanout),
+            done: Mutex::new(Some(done_tx)),
+        });
+        {
+            let guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(tx) = guard.as_ref() else { return };
+            for _ in 0..fanout {
+                if tx.send(batch.clone()).is_err() {
+                    return;
+                }
+            }
+        }
+        let _ = done_rx.await;
+    }
+}
+
+impl Drop for ThreadEngine {
+    fn drop(&mut self) {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}

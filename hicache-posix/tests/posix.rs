@@ -1,0 +1,590 @@
+//! POSIX on real filesystems: ext4 (the system temp dir here) with and without O_DIRECT, and
+//! tmpfs (`/dev/shm`) when present.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hicache_core::{
+    AlignedBuf, AttentionKind, BlockingHiCache, ConfigLoader, Dtype, Error, HiCache,
+    HiCacheOptions, HostPool, HostSlots, Layout, MemoryRegion, MissReason, MmapPool, ObjectKey,
+    PageKey, PoolGeometry, ReadItem, ReadOutcome, Slice, StorageBackend, StorageIdentity,
+    TransferMode, WriteItem, pool,
+};
+use hicache_posix::{PosixBackend, PosixConfig};
+
+/// Roots to test on: (label, parent dir). ext4 is the system temp dir on this project's
+/// machines; `/dev/shm` is tmpfs.
+fn parents() -> Vec<(&'static str, PathBuf)> {
+    let mut v = vec![("tmp", std::env::temp_dir())];
+    if Path::new("/dev/shm").is_dir() {
+        v.push(("shm", PathBuf::from("/dev/shm")));
+    }
+    v
+}
+
+fn backend(dir: &Path, direct: bool) -> PosixBackend {
+    let cfg = PosixConfig {
+        dirs: vec![dir.to_path_buf()],
+        direct_io: direct,
+        engine: hicache_posix::EngineChoice::Threads,
+        threads: 4,
+        queue_depth: 256,
+        sync: false,
+    };
+    PosixBackend::new(&cfg).unwrap()
+}
+
+fn connector(dirs: &[PathBuf], direct: bool, model: &str) -> HiCache {
+    let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let config = ConfigLoader::new()
+        .set("storage_dir", list.join(","))
+        .set("use_direct_io", direct)
+        .set("plugin", "posix")
+        .load()
+        .unwrap();
+    let registry =
+        hicache_core::PluginRegistry::from_descriptors([&hicache_posix::DESCRIPTOR]).unwrap();
+    HiCache::open(
+        &registry,
+        config,
+        HiCacheOptions::new(StorageIdentity::single(model)),
+    )
+    .unwrap()
+}
+
+fn geometry(layout: Layout, page_tokens: u64, attention: AttentionKind) -> PoolGeometry {
+    PoolGeometry::new(attention, 4, Dtype::Bf16, page_tokens, layout, 16).unwrap()
+}
+
+fn mha() -> AttentionKind {
+    AttentionKind::Mha {
+        kv_heads: 2,
+        head_dim: 64,
+    }
+}
+
+fn keys(prefix: &str, n: usize) -> Vec<PageKey> {
+    (0..n)
+        .map(|i| PageKey::new(format!("{prefix}{i:062}")).unwrap())
+        .collect()
+}
+
+fn fill(pool: &MmapPool, page: u64, seed: u8) -> Vec<u8> {
+    let flat: Vec<u8> = (0..pool.geometry().page_bytes())
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(13)
+                .wrapping_add(seed)
+                .wrapping_add((i >> 9) as u8)
+        })
+        .collect();
+    pool::scatter_page(pool, page, &flat).unwrap();
+    flat
+}
+
+fn page(pool: &MmapPool, p: u64) -> Vec<u8> {
+    let mut v = vec![0; pool.geometry().page_bytes() as usize];
+    pool::gather_page(pool, p, &mut v).unwrap();
+    v
+}
+
+#[tokio::test]
+async fn round_trips_on_each_filesystem_with_and_without_direct_io() {
+    for (label, parent) in parents() {
+        for direct in [true, false] {
+            for (layout, tokens, attention) in [
+                (Layout::PageFirst, 16, mha()),
+                (Layout::LayerFirst, 16, mha()),
+                (Layout::PageFirstDirect, 3, mha()),
+                (
+                    Layout::PageFirst,
+                    16,
+                    AttentionKind::Mla { kv_cache_dim: 64 },
+                ),
+            ] {
+                let dir = tempfile::tempdir_in(&parent).unwrap();
+                let cache = connector(&[dir.path().join("a"), dir.path().join("b")], direct, "m");
+                let pool = Arc::new(MmapPool::new(geometry(layout, tokens, attention)).unwrap());
+                let report = cache.register_pool(pool.clone()).unwrap();
+                let ctx = format!(
+                    "{label} direct={direct} {layout} tokens={tokens} {:?} mode={}",
+                    attention, report.mode
+                );
+                let ks = keys("r", 6);
+                let data: Vec<Vec<u8>> = (0..6).map(|p| fill(&pool, p, p as u8 + 1)).collect();
+                let set = cache
+                    .batch_set(&ks, HostSlots::Pages(&[0, 1, 2, 3, 4, 5]))
+                    .await
+                    .unwrap();
+                assert!(set.iter().all(|r| r.is_ok()), "{ctx}: {set:?}");
+                assert_eq!(cache.batch_exists(&ks).await.unwrap(), 6, "{ctx}");
+                let got = cache
+                    .batch_get(&ks, HostSlots::Pages(&[8, 9, 10, 11, 12, 13]))
+                    .await
+                    .unwrap();
+                assert!(
+                    got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))),
+                    "{ctx}: {got:?}"
+                );
+                for (i, d) in data.iter().enumerate() {
+                    assert_eq!(&page(&pool, 8 + i as u64), d, "{ctx}: page {i}");
+                }
+                // Every bucket dir exists under both roots, and objects landed in buckets.
+                for root in ["a", "b"] {
+                    let buckets = std::fs::read_dir(dir.path().join(root)).unwrap().count();
+                    assert_eq!(buckets, 256, "{ctx}");
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn direct_io_reports_the_real_alignment_and_zero_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = backend(dir.path(), true);
+    let info = b.info();
+    assert!(info.capability.direct_io);
+    let fs = &b.roots()[0].fs;
+    assert_eq!(info.capability.io_alignment, fs.io_alignment());
+    let cache = connector(&[dir.path().to_path_buf()], true, "m");
+    let pool = Arc::new(MmapPool::new(geometry(Layout::PageFirst, 16, mha())).unwrap());
+    let report = cache.register_pool(pool).unwrap();
+    assert_eq!(report.mode, TransferMode::ZeroCopy, "{}", report.reason);
+}
+
+#[tokio::test]
+async fn unaligned_slices_are_rejected_before_any_io() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = backend(dir.path(), true);
+    let align = b.info().capability.io_alignment;
+    assert!(align >= 512);
+    let buf = Arc::new(AlignedBuf::zeroed(64 * 1024, 4096).unwrap());
+    let region = b.register(MemoryRegion::from_aligned(buf)).unwrap();
+    let key = ObjectKey::new("unaligned").unwrap();
+    for bad in [
+        Slice::new(region, 1, 4096),
+        Slice::new(region, 0, 100),
+        Slice::new(region, 0, 64 * 1024 + 4096),
+    ] {
+        let segs = [bad];
+        let r = b
+            .write(&[WriteItem {
+                key: &key,
+                segments: &segs,
+            }])
+            .await;
+        assert!(
+            matches!(
+                r[0],
+                Err(Error::Misaligned { .. }) | Err(Error::SliceOutOfRange { .. })
+            ),
+            "{:?}",
+            r[0]
+        );
+        let r = b
+            .read(&[ReadItem {
+                key: &key,
+                segments: &segs,
+            }])
+            .await;
+        assert!(r[0].is_err());
+    }
+    let unknown = [Slice::new(hicache_core::RegionId(999), 0, 4096)];
+    let r = b
+        .write(&[WriteItem {
+            key: &key,
+            segments: &unknown,
+        }])
+        .await;
+    assert!(matches!(r[0], Err(Error::UnregisteredRegion { .. })));
+    assert!(!b.object_path(&key).exists());
+    // Nothing reached the disk: only the empty bucket dirs are there.
+    let files: usize = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|d| std::fs::read_dir(d.unwrap().path()).unwrap().count())
+        .sum();
+    assert_eq!(files, 0);
+    // A good item next to a bad one still succeeds.
+    let good = [Slice::new(region, 0, 4096)];
+    let bad = [Slice::new(region, 1, 4096)];
+    let k2 = ObjectKey::new("good").unwrap();
+    let r = b
+        .write(&[
+            WriteItem {
+                key: &key,
+                segments: &bad,
+            },
+            WriteItem {
+                key: &k2,
+                segments: &good,
+            },
+        ])
+        .await;
+    assert!(r[0].is_err() && r[1].is_ok());
+    assert_eq!(std::fs::metadata(b.object_path(&k2)).unwrap().len(), 4096);
+}
+
+#[tokio::test]
+async fn truncated_flipped_and_foreign_files_are_misses_with_reasons() {
+    for (label, parent) in parents() {
+        let dir = tempfile::tempdir_in(&parent).unwrap();
+        let cache = connector(&[dir.path().to_path_buf()], true, "m");
+        let pool = Arc::new(MmapPool::new(geometry(Layout::PageFirst, 16, mha())).unwrap());
+        cache.register_pool(pool.clone()).unwrap();
+        let ks = keys("c", 4);
+        for p in 0..4 {
+            fill(&pool, p, 40 + p as u8);
+        }
+        cache
+            .batch_set(&ks, HostSlots::Pages(&[0, 1, 2, 3]))
+            .await
+            .unwrap();
+        let path = |k: &PageKey| {
+            let name = cache.object_names(k).unwrap()[0].clone();
+            let b = backend(dir.path(), false);
+            b.object_path(&name)
+        };
+        // 0: truncated; 1: one bit flipped in the payload; 2: written by another model and
+        // copied over this key's file; 3: untouched.
+        let f0 = path(&ks[0]);
+        let len = std::fs::metadata(&f0).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f0)
+            .unwrap()
+            .set_len(len - 4096)
+            .unwrap();
+        let f1 = path(&ks[1]);
+        let mut bytes = std::fs::read(&f1).unwrap();
+        let at = bytes.len() - 100;
+        bytes[at] ^= 0x04;
+        std::fs::write(&f1, &bytes).unwrap();
+        let other = connector(&[dir.path().to_path_buf()], true, "another-model");
+        let opool = Arc::new(MmapPool::new(geometry(Layout::PageFirst, 16, mha())).unwrap());
+        other.register_pool(opool.clone()).unwrap();
+        fill(&opool, 0, 99);
+        other
+            .batch_set(&ks[2..3], HostSlots::Pages(&[0]))
+            .await
+            .unwrap();
+        let foreign = {
+            let name = other.object_names(&ks[2]).unwrap()[0].clone();
+            backend(dir.path(), false).object_path(&name)
+        };
+        std::fs::copy(&foreign, path(&ks[2])).unwrap();
+        let got = cache
+            .batch_get(&ks, HostSlots::Pages(&[8, 9, 10, 11]))
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                got[0],
+                Ok(ReadOutcome::Miss(MissReason::SizeMismatch { .. }))
+            ),
+            "{label}: {:?}",
+            got[0]
+        );
+        assert_eq!(
+            got[1].as_ref().unwrap(),
+            &ReadOutcome::Miss(MissReason::ChecksumMismatch),
+            "{label}"
+        );
+        assert_eq!(
+            got[2].as_ref().unwrap(),
+            &ReadOutcome::Miss(MissReason::ForeignNamespace),
+            "{label}"
+        );
+        assert_eq!(got[3].as_ref().unwrap(), &ReadOutcome::Hit, "{label}");
+        assert_eq!(cache.stats().pages_invalid, 3);
+    }
+}
+
+#[test]
+fn concurrent_set_get_exists_on_overlapping_keys() {
+    for (label, parent) in parents() {
+        let dir = tempfile::tempdir_in(&parent).unwrap();
+        let cache = Arc::new(
+            BlockingHiCache::new(connector(&[dir.path().to_path_buf()], true, "m")).unwrap(),
+        );
+        let g = PoolGeometry {
+            pages: 64,
+            ..geometry(Layout::PageFirst, 16, mha())
+        };
+        let pool = Arc::new(MmapPool::new(g).unwrap());
+        cache.register_pool(pool.clone()).unwrap();
+        let ks = keys("t", 8);
+        let expected: Vec<Vec<u8>> = (0..8).map(|p| fill(&pool, p, 7 * p as u8)).collect();
+        let handles: Vec<_> = (0..3u64)
+            .map(|t| {
+                let (cache, ks, pool, expected) =
+                    (cache.clone(), ks.clone(), pool.clone(), expected.clone());
+                std::thread::spawn(move || {
+                    for round in 0..200u64 {
+                        let i = ((round + t * 3) % 8) as usize;
+                        match t {
+                            0 => assert!(
+                                cache
+                                    .batch_set(&ks[i..i + 1], HostSlots::Pages(&[i as u64]))
+                                    .unwrap()[0]
+                                    .is_ok()
+                            ),
+                            1 => {
+                                let target = 16 + (round % 48);
+                                let r = cache
+                                    .batch_get(&ks[i..i + 1], HostSlots::Pages(&[target]))
+                                    .unwrap();
+                                match &r[0] {
+                                    Ok(ReadOutcome::Hit) => {
+                                        assert_eq!(page(&pool, target), expected[i])
+                                    }
+                                    Ok(ReadOutcome::Miss(MissReason::NotFound)) => {}
+                                    other => panic!("unexpected {other:?}"),
+                                }
+                            }
+                            _ => assert!(cache.batch_exists(&ks).unwrap() <= 8),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()
+                .unwrap_or_else(|_| panic!("{label}: a thread failed"));
+        }
+        // Nothing but published objects remains (no temporary files).
+        let leftovers: Vec<String> = walk(dir.path())
+            .into_iter()
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".t"))
+            .map(|p| p.display().to_string())
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+const CHILD_DIR: &str = "HICACHE_TEST_KILLED_WRITER_DIR";
+const KILL_PAGES: usize = 8;
+
+/// 4 MiB pages: each write spends milliseconds in `pwritev`, so a kill lands mid-write.
+fn killed_writer_geometry() -> PoolGeometry {
+    PoolGeometry {
+        pages: 2 * KILL_PAGES as u64,
+        ..geometry(Layout::PageFirst, 2048, mha())
+    }
+}
+
+/// The two versions a page alternates between: a hit must equal one of them exactly.
+fn kill_pattern(version: u8, page: usize, len: usize) -> Vec<u8> {
+    let seed = version.wrapping_mul(101).wrapping_add(page as u8);
+    (0..len)
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(13)
+                .wrapping_add(seed)
+                .wrapping_add((i >> 9) as u8)
+        })
+        .collect()
+}
+
+/// Not a test on its own: the body of the writer process that
+/// `a_writer_killed_mid_way_never_leaves_a_readable_torn_page` kills. Without the variable
+/// it returns at once.
+#[test]
+fn killed_writer_child_process() {
+    let Ok(dir) = std::env::var(CHILD_DIR) else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let cache = connector(&[PathBuf::from(&dir)], true, "m");
+        let pool = Arc::new(MmapPool::new(killed_writer_geometry()).unwrap());
+        cache.register_pool(pool.clone()).unwrap();
+        let len = pool.geometry().page_bytes() as usize;
+        let versions: Vec<Vec<Vec<u8>>> = (0..2u8)
+            .map(|v| (0..KILL_PAGES).map(|p| kill_pattern(v, p, len)).collect())
+            .collect();
+        let ks = keys("kill", KILL_PAGES);
+        let pages: Vec<u64> = (0..KILL_PAGES as u64).collect();
+        for round in 0usize.. {
+            for (p, bytes) in versions[round % 2].iter().enumerate() {
+                pool::scatter_page(pool.as_ref(), p as u64, bytes).unwrap();
+            }
+            cache
+                .batch_set(&ks, HostSlots::Pages(&pages))
+                .await
+                .unwrap();
+            if round == 0 {
+                std::fs::write(Path::new(&dir).join("started"), b"1").unwrap();
+            }
+        }
+    });
+}
+
+#[tokio::test]
+async fn a_writer_killed_mid_way_never_leaves_a_readable_torn_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let len = killed_writer_geometry().page_bytes() as usize;
+    let versions: Vec<Vec<Vec<u8>>> = (0..2u8)
+        .map(|v| (0..KILL_PAGES).map(|p| kill_pattern(v, p, len)).collect())
+        .collect();
+    let mut killed_mid_write = 0;
+    for attempt in 0..5u64 {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "killed_writer_child_process",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD_DIR, dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = dir.path().join("started");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !started.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(started.exists(), "the writer process did not start");
+        std::thread::sleep(std::time::Duration::from_millis(3 + 7 * attempt));
+        // SIGKILL: no destructor, no cleanup.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::fs::remove_file(&started).unwrap();
+
+        let cache = connector(&[dir.path().to_path_buf()], true, "m");
+        let pool = Arc::new(MmapPool::new(killed_writer_geometry()).unwrap());
+        cache.register_pool(pool.clone()).unwrap();
+        let ks = keys("kill", KILL_PAGES);
+        let targets: Vec<u64> = (KILL_PAGES as u64..2 * KILL_PAGES as u64).collect();
+        let got = cache
+            .batch_get(&ks, HostSlots::Pages(&targets))
+            .await
+            .unwrap();
+        let mut hits = 0;
+        for (i, r) in got.iter().enumerate() {
+            match r {
+                Ok(ReadOutcome::Hit) => {
+                    hits += 1;
+                    let bytes = page(&pool, targets[i]);
+                    assert!(
+                        bytes == versions[0][i] || bytes == versions[1][i],
+                        "attempt {attempt}: page {i} read as a hit but is neither version (torn)"
+                    );
+                }
+                Ok(ReadOutcome::Miss(MissReason::NotFound)) => {}
+                other => panic!("attempt {attempt}: page {i}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            cache.stats().pages_invalid,
+            0,
+            "published objects are never torn"
+        );
+        assert!(
+            hits > 0,
+            "the first batch completed before the kill, so its pages exist"
+        );
+        // A temporary file left behind proves the kill interrupted a write.
+        let temps: Vec<PathBuf> = walk(dir.path())
+            .into_iter()
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".t"))
+            .collect();
+        if !temps.is_empty() {
+            killed_mid_write += 1;
+        }
+        for t in temps {
+            std::fs::remove_file(t).unwrap();
+        }
+    }
+    assert!(
+        killed_mid_write > 0,
+        "no kill landed inside a write; the test proved nothing"
+    );
+}
+
+#[test]
+fn probe_reports_unusable_dirs_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let problem = hicache_posix::probe_dir(&file.join("sub"), true).unwrap_err();
+    assert!(
+        problem.reason.contains("cannot create storage dir"),
+        "{}",
+        problem.reason
+    );
+    assert!(problem.hint.contains("--dir"));
+    let ok = hicache_posix::probe_dir(dir.path(), true).unwrap();
+    assert_eq!(ok.direct_io, Some(true));
+    let config = ConfigLoader::new()
+        .set("plugin", "posix")
+        .set("storage_dir", file.join("sub").display().to_string())
+        .load()
+        .unwrap();
+    let registry =
+        hicache_core::PluginRegistry::from_descriptors([&hicache_posix::DESCRIPTOR]).unwrap();
+    let err = registry.select(&config).unwrap_err();
+    assert!(matches!(err, Error::PluginUnusable { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn remove_and_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = backend(dir.path(), false);
+    let buf = Arc::new(AlignedBuf::zeroed(4096, 4096).unwrap());
+    let region = b.register(MemoryRegion::from_aligned(buf)).unwrap();
+    let key = ObjectKey::new("obj").unwrap();
+    let segs = [Slice::new(region, 0, 4096)];
+    assert!(
+        b.write(&[WriteItem {
+            key: &key,
+            segments: &segs
+        }])
+        .await[0]
+            .is_ok()
+    );
+    assert_eq!(
+        b.exists(std::slice::from_ref(&key)).await[0]
+            .as_ref()
+            .unwrap(),
+        &true
+    );
+    assert!(b.remove(std::slice::from_ref(&key)).await[0].is_ok());
+    assert!(b.remove(std::slice::from_ref(&key)).await[0].is_ok());
+    assert_eq!(
+        b.exists(std::slice::from_ref(&key)).await[0]
+            .as_ref()
+            .unwrap(),
+        &false
+    );
+    let r = b
+        .read(&[ReadItem {
+            key: &key,
+            segments: &segs,
+        }])
+        .await;
+    assert_eq!(
+        r[0].as_ref().unwrap(),
+        &ReadOutcome::Miss(MissReason::NotFound)
+    );
+    let u = b.usage().await.unwrap();
+    assert!(u.total_bytes.unwrap() > 0);
+    b.deregister(region).unwrap();
+    assert!(b.deregister(region).is_err());
+}

@@ -1,0 +1,178 @@
+//! Development commands of the workspace. CI runs `cargo xtask ci`.
+//!
+//! Usage: `cargo xtask <command>`; `cargo xtask help` lists them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("fmt") => fmt(),
+        Some("help") | None => {
+            print_help();
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command `{other}`; see `cargo xtask help`")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_help() {
+    println!(
+        "cargo xtask <command>\n\n\
+         ci     format check, clippy (-D warnings) and every test: what CI runs\n\
+         fmt    format the workspace\n\
+         help   this text"
+    );
+}
+
+/// The workspace root (xtask lives one level below it).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_path_buf()
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+/// Runs one step, timing it; a failing step stops the run.
+fn step(name: &str, mut cmd: Command) -> Result<(), String> {
+    println!("==> {name}");
+    let started = Instant::now();
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{name}: cannot start: {e}"))?;
+    println!("<== {name}: {:.1}s", started.elapsed().as_secs_f64());
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("step `{name}` failed ({status})"))
+    }
+}
+
+fn fmt() -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args(["fmt", "--all"]);
+    step("cargo fmt", cmd)
+}
+
+fn ci() -> Result<(), String> {
+    let started = Instant::now();
+    let mut fmt = cargo();
+    fmt.args(["fmt", "--all", "--", "--check"]);
+    step("cargo fmt --check", fmt)?;
+
+    let mut clippy = cargo();
+    clippy.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    step(
+        "cargo clippy --workspace --all-targets -- -D warnings",
+        clippy,
+    )?;
+
+    let mut test = cargo();
+    test.args(["test", "--workspace"]);
+    let totals = counted_step("cargo test --workspace", test)?;
+
+    println!(
+        "ci: all steps passed in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "{} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.ignored
+    );
+    Ok(())
+}
+
+#[derive(Default, Debug)]
+struct Totals {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl Totals {
+    /// Adds the counts of one libtest summary line (`test result: ok. 3 passed; 0 failed; …`).
+    fn add_line(&mut self, line: &str) {
+        let Some(rest) = line.trim().strip_prefix("test result:") else {
+            return;
+        };
+        for part in rest.split(';') {
+            let mut words = part.split_whitespace().rev();
+            let (Some(label), Some(n)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let Ok(n) = n.parse::<u64>() else { continue };
+            match label {
+                "passed" => self.passed += n,
+                "failed" => self.failed += n,
+                "ignored" => self.ignored += n,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Like [`step`], echoing the output and adding up libtest's summary lines.
+fn counted_step(name: &str, mut cmd: Command) -> Result<Totals, String> {
+    use std::io::{BufRead, BufReader};
+    println!("==> {name}");
+    let started = Instant::now();
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{name}: cannot start: {e}"))?;
+    let mut totals = Totals::default();
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            println!("{line}");
+            totals.add_line(&line);
+        }
+    }
+    let status = child.wait().map_err(|e| format!("{name}: {e}"))?;
+    println!("<== {name}: {:.1}s", started.elapsed().as_secs_f64());
+    if !status.success() {
+        return Err(format!("step `{name}` failed ({status})"));
+    }
+    if totals.passed == 0 {
+        return Err(format!("step `{name}` ran no test"));
+    }
+    Ok(totals)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Totals;
+
+    #[test]
+    fn sums_libtest_summaries() {
+        let mut t = Totals::default();
+        t.add_line("test result: ok. 45 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.02s");
+        t.add_line(
+            "test result: FAILED. 1 passed; 3 failed; 0 ignored; 0 measured; 0 filtered out",
+        );
+        t.add_line("running 3 tests");
+        assert_eq!((t.passed, t.failed, t.ignored), (46, 3, 2));
+    }
+}
