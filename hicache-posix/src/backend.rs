@@ -17,6 +17,7 @@ use crate::fsinfo::{self, FsInfo};
 use crate::io::Root;
 use crate::plan::{OpKind, Outcome, Plan};
 use crate::threads::ThreadEngine;
+use crate::uring::UringEngine;
 
 /// Most iovecs per object (Linux IOV_MAX).
 const MAX_SEGMENTS: u32 = 1024;
@@ -37,18 +38,21 @@ pub struct RootInfo {
 #[derive(Debug)]
 enum Engine {
     Threads(ThreadEngine),
+    Uring(UringEngine),
 }
 
 impl Engine {
     async fn run(&self, plan: Arc<Plan>) {
         match self {
             Engine::Threads(t) => t.run(plan).await,
+            Engine::Uring(u) => u.run(plan).await,
         }
     }
 
     fn describe(&self) -> String {
         match self {
             Engine::Threads(t) => format!("threads ({})", t.threads()),
+            Engine::Uring(u) => format!("io_uring (queue depth {})", u.queue_depth()),
         }
     }
 }
@@ -122,15 +126,18 @@ impl PosixBackend {
             .unwrap_or(1);
         let roots: Arc<[Root]> = roots.into();
         let engine = match cfg.engine {
-            EngineChoice::Threads | EngineChoice::Auto => {
-                Engine::Threads(start_threads(cfg, &roots)?)
-            }
-            EngineChoice::Uring => {
-                return Err(Error::Unsupported {
-                    backend: NAME.into(),
-                    operation: "engine = \"uring\" in this build (use engine = \"threads\")".into(),
-                });
-            }
+            EngineChoice::Threads => Engine::Threads(start_threads(cfg, &roots)?),
+            EngineChoice::Uring => Engine::Uring(
+                UringEngine::new(cfg.queue_depth, roots.clone())
+                    .map_err(|e| Error::io(NAME, "io_uring setup", None, e))?,
+            ),
+            EngineChoice::Auto => match UringEngine::new(cfg.queue_depth, roots.clone()) {
+                Ok(u) => Engine::Uring(u),
+                Err(e) => {
+                    tracing::info!(error = %e, "io_uring is unavailable; using the thread-pool engine");
+                    Engine::Threads(start_threads(cfg, &roots)?)
+                }
+            },
         };
         Ok(PosixBackend {
             regions: RegionTable::new(NAME),

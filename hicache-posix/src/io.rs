@@ -38,14 +38,14 @@ pub(crate) struct PathBuf4k {
 }
 
 impl PathBuf4k {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         PathBuf4k {
             buf: [0; PATH_CAP],
             len: 0,
         }
     }
 
-    fn push(&mut self, bytes: &[u8]) -> io::Result<()> {
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> io::Result<()> {
         if self.len + bytes.len() + 1 > PATH_CAP {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -57,12 +57,12 @@ impl PathBuf4k {
         Ok(())
     }
 
-    fn as_cstr(&mut self) -> &CStr {
+    pub(crate) fn as_cstr(&mut self) -> &CStr {
         self.buf[self.len] = 0;
         CStr::from_bytes_with_nul(&self.buf[..=self.len]).expect("no interior NUL in names")
     }
 
-    fn to_path(&self) -> std::path::PathBuf {
+    pub(crate) fn to_path(&self) -> std::path::PathBuf {
         use std::os::unix::ffi::OsStrExt;
         std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&self.buf[..self.len]))
     }
@@ -80,7 +80,7 @@ impl PathBuf4k {
 
     /// `root/bucket/.t<pid>-<n>`: a temporary name no key can take (keys never start with
     /// `.`), unique in this process and across processes.
-    fn temp(root: &[u8], bucket: [u8; 2]) -> io::Result<Self> {
+    pub(crate) fn temp(root: &[u8], bucket: [u8; 2]) -> io::Result<Self> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let mut p = Self::new();

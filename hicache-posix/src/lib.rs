@@ -8,6 +8,7 @@ mod io;
 mod plan;
 mod probe;
 mod threads;
+mod uring;
 
 pub use backend::{PosixBackend, RootInfo};
 pub use config::{EngineChoice, PARAMS, PosixConfig};

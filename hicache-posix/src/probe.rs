@@ -134,12 +134,22 @@ pub(crate) fn probe(ctx: &PluginContext<'_>) -> Verdict {
         Ok(c) => c,
         Err(e) => return Verdict::unusable(e.to_string(), "fix the [plugin.posix] parameters"),
     };
-    if cfg.engine == EngineChoice::Uring {
-        return Verdict::unusable(
-            "engine = \"uring\" is not available in this build",
-            "use engine = \"threads\" or \"auto\"",
-        );
-    }
+    let uring = crate::uring::check_support(cfg.queue_depth);
+    let engine = match (cfg.engine, &uring) {
+        (EngineChoice::Uring, Err(e)) => {
+            return Verdict::unusable(
+                format!("engine = \"uring\" but io_uring is unavailable: {e}"),
+                "use engine = \"threads\" or \"auto\", or allow io_uring (sysctl kernel.io_uring_disabled=0, seccomp)",
+            );
+        }
+        (EngineChoice::Threads, _) => format!("engine threads ({})", cfg.threads),
+        (_, Ok(_)) => format!("engine io_uring (queue depth {})", cfg.queue_depth),
+        (EngineChoice::Auto, Err(e)) => format!(
+            "engine threads ({}; io_uring unavailable: {e})",
+            cfg.threads
+        ),
+    };
+    drop(uring);
     let mut details = Vec::new();
     for dir in &cfg.dirs {
         match probe_dir(dir, cfg.direct_io) {
@@ -159,5 +169,6 @@ pub(crate) fn probe(ctx: &PluginContext<'_>) -> Verdict {
             }
         }
     }
+    details.push(engine);
     Verdict::usable(details.join("; "))
 }

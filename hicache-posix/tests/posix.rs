@@ -10,7 +10,7 @@ use hicache_core::{
     PageKey, PoolGeometry, ReadItem, ReadOutcome, Slice, StorageBackend, StorageIdentity,
     TransferMode, WriteItem, pool,
 };
-use hicache_posix::{PosixBackend, PosixConfig};
+use hicache_posix::{EngineChoice, PosixBackend, PosixConfig};
 
 /// Roots to test on: (label, parent dir). ext4 is the system temp dir on this project's
 /// machines; `/dev/shm` is tmpfs.
@@ -22,11 +22,25 @@ fn parents() -> Vec<(&'static str, PathBuf)> {
     v
 }
 
+const ENGINES: [EngineChoice; 2] = [EngineChoice::Threads, EngineChoice::Uring];
+
+fn engine_name(e: EngineChoice) -> &'static str {
+    match e {
+        EngineChoice::Threads => "threads",
+        EngineChoice::Uring => "uring",
+        EngineChoice::Auto => "auto",
+    }
+}
+
 fn backend(dir: &Path, direct: bool) -> PosixBackend {
+    backend_with(dir, direct, EngineChoice::Auto)
+}
+
+fn backend_with(dir: &Path, direct: bool, engine: EngineChoice) -> PosixBackend {
     let cfg = PosixConfig {
         dirs: vec![dir.to_path_buf()],
         direct_io: direct,
-        engine: hicache_posix::EngineChoice::Threads,
+        engine,
         threads: 4,
         queue_depth: 256,
         sync: false,
@@ -35,11 +49,16 @@ fn backend(dir: &Path, direct: bool) -> PosixBackend {
 }
 
 fn connector(dirs: &[PathBuf], direct: bool, model: &str) -> HiCache {
+    connector_with(dirs, direct, model, EngineChoice::Auto)
+}
+
+fn connector_with(dirs: &[PathBuf], direct: bool, model: &str, engine: EngineChoice) -> HiCache {
     let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     let config = ConfigLoader::new()
         .set("storage_dir", list.join(","))
         .set("use_direct_io", direct)
         .set("plugin", "posix")
+        .set("plugin.posix.engine", engine_name(engine))
         .load()
         .unwrap();
     let registry =
@@ -91,7 +110,10 @@ fn page(pool: &MmapPool, p: u64) -> Vec<u8> {
 #[tokio::test]
 async fn round_trips_on_each_filesystem_with_and_without_direct_io() {
     for (label, parent) in parents() {
-        for direct in [true, false] {
+        for (direct, engine) in [true, false]
+            .into_iter()
+            .flat_map(|d| ENGINES.map(|e| (d, e)))
+        {
             for (layout, tokens, attention) in [
                 (Layout::PageFirst, 16, mha()),
                 (Layout::LayerFirst, 16, mha()),
@@ -103,7 +125,12 @@ async fn round_trips_on_each_filesystem_with_and_without_direct_io() {
                 ),
             ] {
                 let dir = tempfile::tempdir_in(&parent).unwrap();
-                let cache = connector(&[dir.path().join("a"), dir.path().join("b")], direct, "m");
+                let cache = connector_with(
+                    &[dir.path().join("a"), dir.path().join("b")],
+                    direct,
+                    "m",
+                    engine,
+                );
                 let pool = Arc::new(MmapPool::new(geometry(layout, tokens, attention)).unwrap());
                 let report = cache.register_pool(pool.clone()).unwrap();
                 let ctx = format!(
@@ -155,8 +182,14 @@ async fn direct_io_reports_the_real_alignment_and_zero_copy() {
 
 #[tokio::test]
 async fn unaligned_slices_are_rejected_before_any_io() {
+    for engine in ENGINES {
+        unaligned_slices_rejected(engine).await;
+    }
+}
+
+async fn unaligned_slices_rejected(engine: EngineChoice) {
     let dir = tempfile::tempdir().unwrap();
-    let b = backend(dir.path(), true);
+    let b = backend_with(dir.path(), true, engine);
     let align = b.info().capability.io_alignment;
     assert!(align >= 512);
     let buf = Arc::new(AlignedBuf::zeroed(64 * 1024, 4096).unwrap());
@@ -227,9 +260,12 @@ async fn unaligned_slices_are_rejected_before_any_io() {
 
 #[tokio::test]
 async fn truncated_flipped_and_foreign_files_are_misses_with_reasons() {
-    for (label, parent) in parents() {
+    for (label, parent, engine) in parents()
+        .into_iter()
+        .flat_map(|(l, p)| ENGINES.map(|e| (l, p.clone(), e)))
+    {
         let dir = tempfile::tempdir_in(&parent).unwrap();
-        let cache = connector(&[dir.path().to_path_buf()], true, "m");
+        let cache = connector_with(&[dir.path().to_path_buf()], true, "m", engine);
         let pool = Arc::new(MmapPool::new(geometry(Layout::PageFirst, 16, mha())).unwrap());
         cache.register_pool(pool.clone()).unwrap();
         let ks = keys("c", 4);
@@ -545,20 +581,25 @@ fn probe_reports_unusable_dirs_with_a_hint() {
 
 #[tokio::test]
 async fn remove_and_usage() {
+    for engine in ENGINES {
+        remove_and_usage_with(engine).await;
+    }
+}
+
+async fn remove_and_usage_with(engine: EngineChoice) {
     let dir = tempfile::tempdir().unwrap();
-    let b = backend(dir.path(), false);
+    let b = backend_with(dir.path(), false, engine);
     let buf = Arc::new(AlignedBuf::zeroed(4096, 4096).unwrap());
     let region = b.register(MemoryRegion::from_aligned(buf)).unwrap();
     let key = ObjectKey::new("obj").unwrap();
     let segs = [Slice::new(region, 0, 4096)];
-    assert!(
-        b.write(&[WriteItem {
+    let w = b
+        .write(&[WriteItem {
             key: &key,
-            segments: &segs
+            segments: &segs,
         }])
-        .await[0]
-            .is_ok()
-    );
+        .await;
+    assert!(w[0].is_ok(), "{engine:?}: {w:?}");
     assert_eq!(
         b.exists(std::slice::from_ref(&key)).await[0]
             .as_ref()

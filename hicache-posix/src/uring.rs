@@ -1,0 +1,560 @@
+//! The io_uring engine: every object operation is one linked chain of SQEs on one ring, so a
+//! whole batch is in the kernel at once and one thread drives it.
+//!
+//! | operation | chain (fixed-file slot per object) |
+//! |---|---|
+//! | write | `OPENAT(temp) → WRITEV → [FSYNC] → CLOSE → RENAMEAT(temp → name)` |
+//! | read | `STATX(name) → OPENAT(name) → READV → CLOSE` |
+//! | exists | `STATX(name)` |
+//! | remove | `UNLINKAT(name)` |
+//!
+//! A failing or short step cancels the rest of its chain (the kernel treats a short read or
+//! write in a link as a failure); the completion handler then closes a file left open, removes
+//! a temporary file, and reports the item — a short transfer is never counted as success.
+//! Paths live in a slab allocated once, so the hot path allocates nothing per page.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use hicache_core::{Error, MissReason, ReadOutcome, Result};
+use io_uring::{IoUring, Probe, opcode, squeue, types};
+use tokio::sync::oneshot;
+
+use crate::NAME;
+use crate::io::{PathBuf4k, Root};
+use crate::plan::{OpKind, Outcome, Plan};
+
+/// Longest chain (write with fsync).
+const MAX_CHAIN: u32 = 5;
+
+struct Job {
+    plan: Arc<Plan>,
+    done: oneshot::Sender<()>,
+}
+
+/// The io_uring engine handle; the ring lives on its own thread.
+pub(crate) struct UringEngine {
+    tx: Mutex<Option<Sender<Job>>>,
+    thread: Option<JoinHandle<()>>,
+    depth: u32,
+}
+
+impl std::fmt::Debug for UringEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringEngine")
+            .field("queue_depth", &self.depth)
+            .finish()
+    }
+}
+
+/// Checks that the kernel offers io_uring with every opcode the engine uses.
+pub(crate) fn check_support(depth: u32) -> io::Result<IoUring> {
+    let ring = IoUring::new(depth)?;
+    let mut probe = Probe::new();
+    ring.submitter().register_probe(&mut probe)?;
+    for (code, name) in [
+        (opcode::OpenAt::CODE, "OPENAT"),
+        (opcode::Readv::CODE, "READV"),
+        (opcode::Writev::CODE, "WRITEV"),
+        (opcode::Close::CODE, "CLOSE"),
+        (opcode::Statx::CODE, "STATX"),
+        (opcode::RenameAt::CODE, "RENAMEAT"),
+        (opcode::UnlinkAt::CODE, "UNLINKAT"),
+        (opcode::Fsync::CODE, "FSYNC"),
+    ] {
+        if !probe.is_supported(code) {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("io_uring lacks IORING_OP_{name}"),
+            ));
+        }
+    }
+    ring.submitter()
+        .register_files_sparse((depth / MAX_CHAIN).max(1))?;
+    Ok(ring)
+}
+
+impl UringEngine {
+    pub(crate) fn new(depth: u32, roots: Arc<[Root]>) -> io::Result<Self> {
+        let ring = check_support(depth)?;
+        let slots = (depth / MAX_CHAIN).max(1) as usize;
+        let (tx, rx) = channel();
+        let thread = std::thread::Builder::new()
+            .name("hicache-uring".into())
+            .spawn(move || Driver::new(ring, roots, slots).run(rx))?;
+        Ok(UringEngine {
+            tx: Mutex::new(Some(tx)),
+            thread: Some(thread),
+            depth,
+        })
+    }
+
+    pub(crate) fn queue_depth(&self) -> u32 {
+        self.depth
+    }
+
+    pub(crate) async fn run(&self, plan: Arc<Plan>) {
+        if plan.len() == 0 {
+            return;
+        }
+        let (done, wait) = oneshot::channel();
+        {
+            let guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(tx) = guard.as_ref() else { return };
+            if tx.send(Job { plan, done }).is_err() {
+                return;
+            }
+        }
+        let _ = wait.await;
+    }
+}
+
+impl Drop for UringEngine {
+    fn drop(&mut self) {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Per in-flight object state, at a stable address for the kernel.
+struct Slot {
+    path: PathBuf4k,
+    tmp: PathBuf4k,
+    stx: libc::statx,
+    job: usize,
+    item: usize,
+    pending: u32,
+    steps: u32,
+    res: [i32; MAX_CHAIN as usize],
+}
+
+struct ActiveJob {
+    job: Job,
+    remaining: usize,
+}
+
+struct Driver {
+    ring: IoUring,
+    roots: Arc<[Root]>,
+    slots: Box<[Slot]>,
+    free: Vec<usize>,
+    jobs: Vec<Option<ActiveJob>>,
+    queue: VecDeque<(usize, usize)>,
+    inflight: usize,
+}
+
+impl Driver {
+    fn new(ring: IoUring, roots: Arc<[Root]>, n: usize) -> Self {
+        let slots = (0..n)
+            .map(|_| Slot {
+                path: PathBuf4k::new(),
+                tmp: PathBuf4k::new(),
+                // SAFETY: statx is plain old data; all-zero is a valid value.
+                stx: unsafe { std::mem::zeroed() },
+                job: 0,
+                item: 0,
+                pending: 0,
+                steps: 0,
+                res: [0; MAX_CHAIN as usize],
+            })
+            .collect();
+        Driver {
+            ring,
+            roots,
+            slots,
+            free: (0..n).rev().collect(),
+            jobs: Vec::new(),
+            queue: VecDeque::new(),
+            inflight: 0,
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Job>) {
+        let mut closed = false;
+        loop {
+            if self.inflight == 0 && self.queue.is_empty() {
+                if closed {
+                    return;
+                }
+                match rx.recv() {
+                    Ok(job) => self.accept(job),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match rx.try_recv() {
+                    Ok(job) => self.accept(job),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        closed = true;
+                        break;
+                    }
+                }
+            }
+            self.fill();
+            if self.inflight > 0 {
+                match self.ring.submit_and_wait(1) {
+                    Ok(_) => {}
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EINTR)
+                            || e.raw_os_error() == Some(libc::EBUSY) => {}
+                    Err(e) => tracing::error!(error = %e, "io_uring submit failed"),
+                }
+                self.reap();
+            }
+        }
+    }
+
+    fn accept(&mut self, job: Job) {
+        let id = match self.jobs.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.jobs.push(None);
+                self.jobs.len() - 1
+            }
+        };
+        let n = job.plan.len();
+        let mut remaining = 0;
+        for i in 0..n {
+            if job.plan.prepared[i] {
+                self.queue.push_back((id, i));
+                remaining += 1;
+            }
+        }
+        if remaining == 0 {
+            let _ = job.done.send(());
+            return;
+        }
+        self.jobs[id] = Some(ActiveJob { job, remaining });
+    }
+
+    fn finish_item(&mut self, job: usize, item: usize, result: Result<Outcome>) {
+        let Some(active) = self.jobs[job].as_mut() else {
+            return;
+        };
+        active.job.plan.set(item, result);
+        active.remaining -= 1;
+        if active.remaining == 0
+            && let Some(done) = self.jobs[job].take()
+        {
+            let _ = done.job.done.send(());
+        }
+    }
+
+    /// Starts queued items while slots and submission-queue room last.
+    fn fill(&mut self) {
+        while let (Some(&slot), Some(&(job, item))) = (self.free.last(), self.queue.front()) {
+            let plan = self.jobs[job]
+                .as_ref()
+                .expect("queued items belong to live jobs")
+                .job
+                .plan
+                .clone();
+            let chain = chain_len(&plan);
+            // SAFETY: reading the queue's length only.
+            let room = unsafe {
+                self.ring.submission_shared().capacity() - self.ring.submission_shared().len()
+            };
+            if room < chain as usize {
+                if self.ring.submit().is_err() {
+                    break;
+                }
+                // SAFETY: as above.
+                let room = unsafe {
+                    self.ring.submission_shared().capacity() - self.ring.submission_shared().len()
+                };
+                if room < chain as usize {
+                    break;
+                }
+            }
+            self.queue.pop_front();
+            match self.start(slot, job, item, &plan) {
+                Ok(()) => {
+                    self.free.pop();
+                    self.inflight += 1;
+                }
+                Err(e) => self.finish_item(job, item, Err(e)),
+            }
+        }
+    }
+
+    fn start(&mut self, slot_id: usize, job: usize, item: usize, plan: &Plan) -> Result<()> {
+        let (root, bucket) = plan.routes[item];
+        let root = &self.roots[root];
+        let slot = &mut self.slots[slot_id];
+        slot.path = PathBuf4k::object(&root.path, bucket, plan.name(item))
+            .map_err(|e| Error::io(NAME, "build path", None, e))?;
+        slot.job = job;
+        slot.item = item;
+        slot.res = [0; MAX_CHAIN as usize];
+        let path = slot.path.as_cstr().as_ptr();
+        let fixed = types::Fixed(slot_id as u32);
+        let dest = types::DestinationSlot::try_from_slot_target(slot_id as u32)
+            .map_err(|_| Error::backend(NAME, "io_uring file slot out of range"))?;
+        let iov = plan.iov(item);
+        let direct = if root.direct { libc::O_DIRECT } else { 0 };
+        // No O_CLOEXEC: direct descriptors are not process fds, and the kernel rejects the
+        // flag when installing into a fixed slot.
+        let mut entries: [Option<squeue::Entry>; MAX_CHAIN as usize] = Default::default();
+        let n = match plan.kind {
+            OpKind::Write => {
+                slot.tmp = PathBuf4k::temp(&root.path, bucket)
+                    .map_err(|e| Error::io(NAME, "build path", None, e))?;
+                let tmp = slot.tmp.as_cstr().as_ptr();
+                entries[0] = Some(
+                    opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), tmp)
+                        .flags(libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct)
+                        .mode(0o644)
+                        .file_index(Some(dest))
+                        .build(),
+                );
+                entries[1] =
+                    Some(opcode::Writev::new(fixed, iov.as_ptr(), iov.len() as u32).build());
+                let mut k = 2;
+                if plan.sync {
+                    entries[k] = Some(
+                        opcode::Fsync::new(fixed)
+                            .flags(types::FsyncFlags::DATASYNC)
+                            .build(),
+                    );
+                    k += 1;
+                }
+                entries[k] = Some(opcode::Close::new(fixed).build());
+                entries[k + 1] = Some(
+                    opcode::RenameAt::new(
+                        types::Fd(libc::AT_FDCWD),
+                        tmp,
+                        types::Fd(libc::AT_FDCWD),
+                        path,
+                    )
+                    .build(),
+                );
+                k + 2
+            }
+            OpKind::Read => {
+                let stx = (&mut slot.stx as *mut libc::statx).cast::<types::statx>();
+                entries[0] = Some(
+                    opcode::Statx::new(types::Fd(libc::AT_FDCWD), path, stx)
+                        .mask(libc::STATX_SIZE | libc::STATX_TYPE)
+                        .build(),
+                );
+                entries[1] = Some(
+                    opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), path)
+                        .flags(libc::O_RDONLY | direct)
+                        .file_index(Some(dest))
+                        .build(),
+                );
+                entries[2] =
+                    Some(opcode::Readv::new(fixed, iov.as_ptr(), iov.len() as u32).build());
+                entries[3] = Some(opcode::Close::new(fixed).build());
+                4
+            }
+            OpKind::Exists => {
+                let stx = (&mut slot.stx as *mut libc::statx).cast::<types::statx>();
+                entries[0] = Some(
+                    opcode::Statx::new(types::Fd(libc::AT_FDCWD), path, stx)
+                        .mask(libc::STATX_TYPE)
+                        .build(),
+                );
+                1
+            }
+            OpKind::Remove => {
+                entries[0] = Some(opcode::UnlinkAt::new(types::Fd(libc::AT_FDCWD), path).build());
+                1
+            }
+        };
+        slot.steps = n as u32;
+        slot.pending = n as u32;
+        let mut sq = self.ring.submission();
+        for (step, entry) in entries.into_iter().take(n).enumerate() {
+            let mut e = entry
+                .expect("chain entries are filled in order")
+                .user_data(((slot_id as u64) << 8) | step as u64);
+            if step + 1 < n {
+                e = e.flags(squeue::Flags::IO_LINK);
+            }
+            // SAFETY: every pointer in the entry (paths, statx, iovecs) stays valid until its
+            // completion: paths and statx live in the slot, which is not reused before all of
+            // the chain's CQEs arrive; iovecs live in the plan, which the job keeps alive.
+            unsafe { sq.push(&e) }.expect("room checked before starting the chain");
+        }
+        Ok(())
+    }
+
+    fn reap(&mut self) {
+        let completed: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (data, res) in completed {
+            let slot_id = (data >> 8) as usize;
+            let step = (data & 0xff) as usize;
+            let slot = &mut self.slots[slot_id];
+            slot.res[step] = res;
+            slot.pending -= 1;
+            if slot.pending == 0 {
+                let (job, item) = (slot.job, slot.item);
+                let kind = self.jobs[job].as_ref().map(|j| j.job.plan.kind);
+                let expected = self.jobs[job]
+                    .as_ref()
+                    .map(|j| {
+                        j.job
+                            .plan
+                            .iov(item)
+                            .iter()
+                            .map(|v| v.iov_len as u64)
+                            .sum::<u64>()
+                    })
+                    .unwrap_or(0);
+                let sync = self.jobs[job].as_ref().is_some_and(|j| j.job.plan.sync);
+                let result = match kind {
+                    Some(kind) => self.complete(slot_id, kind, expected, sync),
+                    None => Err(Error::backend(NAME, "job vanished")),
+                };
+                self.free.push(slot_id);
+                self.inflight -= 1;
+                self.finish_item(job, item, result);
+            }
+        }
+    }
+
+    /// Releases a fixed-file slot whose CLOSE did not run.
+    fn drop_fixed(&self, slot_id: usize) {
+        let _ = self
+            .ring
+            .submitter()
+            .register_files_update(slot_id as u32, &[-1]);
+    }
+
+    fn complete(
+        &mut self,
+        slot_id: usize,
+        kind: OpKind,
+        expected: u64,
+        sync: bool,
+    ) -> Result<Outcome> {
+        let res = self.slots[slot_id].res;
+        let os = |r: i32| io::Error::from_raw_os_error(-r);
+        match kind {
+            OpKind::Write => {
+                let (close_step, rename_step) = if sync { (3, 4) } else { (2, 3) };
+                let opened = res[0] >= 0;
+                if opened && res[close_step] < 0 {
+                    self.drop_fixed(slot_id);
+                }
+                let slot = &mut self.slots[slot_id];
+                let tmp_path = slot.tmp.to_path();
+                let failure = if !opened {
+                    Some(("create", os(res[0])))
+                } else if res[1] < 0 {
+                    Some(("pwritev", os(res[1])))
+                } else if res[1] as u64 != expected {
+                    Some((
+                        "pwritev",
+                        io::Error::new(
+                            io::ErrorKind::WriteZero,
+                            format!("short write: {} of {expected} bytes", res[1]),
+                        ),
+                    ))
+                } else if sync && res[2] < 0 {
+                    Some(("fdatasync", os(res[2])))
+                } else if res[rename_step] < 0 {
+                    Some(("rename", os(res[rename_step])))
+                } else {
+                    None
+                };
+                match failure {
+                    None => Ok(Outcome::Done),
+                    Some((op, e)) => {
+                        if opened {
+                            // SAFETY: NUL-terminated path in the slot.
+                            unsafe { libc::unlink(slot.tmp.as_cstr().as_ptr()) };
+                        }
+                        Err(Error::io(NAME, op, Some(tmp_path), e))
+                    }
+                }
+            }
+            OpKind::Read => {
+                if res[1] >= 0 && res[3] < 0 {
+                    self.drop_fixed(slot_id);
+                }
+                let slot = &self.slots[slot_id];
+                let missing = |r: i32| r == -libc::ENOENT || r == -libc::ENOTDIR;
+                if missing(res[0]) || missing(res[1]) {
+                    return Ok(Outcome::Read(ReadOutcome::Miss(MissReason::NotFound)));
+                }
+                if res[0] < 0 {
+                    return Err(Error::io(
+                        NAME,
+                        "statx",
+                        Some(slot.path.to_path()),
+                        os(res[0]),
+                    ));
+                }
+                let size = slot.stx.stx_size;
+                if size != expected {
+                    return Ok(Outcome::Read(ReadOutcome::Miss(MissReason::SizeMismatch {
+                        expected,
+                        found: size,
+                    })));
+                }
+                if res[1] < 0 {
+                    return Err(Error::io(
+                        NAME,
+                        "open",
+                        Some(slot.path.to_path()),
+                        os(res[1]),
+                    ));
+                }
+                if res[2] < 0 {
+                    return Err(Error::io(
+                        NAME,
+                        "preadv",
+                        Some(slot.path.to_path()),
+                        os(res[2]),
+                    ));
+                }
+                if res[2] as u64 != expected {
+                    return Ok(Outcome::Read(ReadOutcome::Miss(MissReason::SizeMismatch {
+                        expected,
+                        found: res[2] as u64,
+                    })));
+                }
+                Ok(Outcome::Read(ReadOutcome::Hit))
+            }
+            OpKind::Exists => {
+                let slot = &self.slots[slot_id];
+                match res[0] {
+                    0 => Ok(Outcome::Exists(
+                        u32::from(slot.stx.stx_mode) & libc::S_IFMT == libc::S_IFREG,
+                    )),
+                    r if r == -libc::ENOENT || r == -libc::ENOTDIR => Ok(Outcome::Exists(false)),
+                    r => Err(Error::io(NAME, "statx", Some(slot.path.to_path()), os(r))),
+                }
+            }
+            OpKind::Remove => match res[0] {
+                r if r >= 0 || r == -libc::ENOENT => Ok(Outcome::Done),
+                r => Err(Error::io(
+                    NAME,
+                    "unlink",
+                    Some(self.slots[slot_id].path.to_path()),
+                    os(r),
+                )),
+            },
+        }
+    }
+}
+
+fn chain_len(plan: &Plan) -> u32 {
+    match plan.kind {
+        OpKind::Write if plan.sync => 5,
+        OpKind::Write | OpKind::Read => 4,
+        OpKind::Exists | OpKind::Remove => 1,
+    }
+}
