@@ -1,2 +1,12 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+
+pub mod cases;
+pub mod check;
+pub mod fault;
+pub mod fixtures;
+mod suite;
+
+pub use check::{CaseError, CaseResult, skip};
+pub use fault::{FaultPlan, FaultyBackend, Injected};
+pub use suite::{Case, CaseFuture, Factory, Suite, TrialEnv, per_trial};

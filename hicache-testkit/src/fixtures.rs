@@ -1,0 +1,92 @@
+//! Pools, keys and page contents that make byte-exact checks easy.
+
+use std::sync::Arc;
+
+use hicache_core::{AttentionKind, Dtype, HostPool, Layout, MmapPool, PageKey, PoolGeometry, pool};
+
+/// A small MHA geometry (2 heads × 64, 4 layers, bf16): 4 KiB per layer per K/V at 16 tokens.
+pub fn mha(layout: Layout, page_tokens: u64, pages: u64) -> PoolGeometry {
+    PoolGeometry::new(
+        AttentionKind::Mha {
+            kv_heads: 2,
+            head_dim: 64,
+        },
+        4,
+        Dtype::Bf16,
+        page_tokens,
+        layout,
+        pages,
+    )
+    .expect("valid test geometry")
+}
+
+/// A small MLA geometry (latent 64, 4 layers, bf16).
+pub fn mla(layout: Layout, page_tokens: u64, pages: u64) -> PoolGeometry {
+    PoolGeometry::new(
+        AttentionKind::Mla { kv_cache_dim: 64 },
+        4,
+        Dtype::Bf16,
+        page_tokens,
+        layout,
+        pages,
+    )
+    .expect("valid test geometry")
+}
+
+/// A fresh, zeroed mmap pool.
+pub fn pool(geometry: PoolGeometry) -> Arc<MmapPool> {
+    Arc::new(MmapPool::new(geometry).expect("mmap pool"))
+}
+
+/// `n` distinct 64-hex-char page keys starting with `prefix` (SGLang's key shape).
+pub fn keys(prefix: &str, n: usize) -> Vec<PageKey> {
+    (0..n)
+        .map(|i| {
+            let tail = format!("{i:x}");
+            let fill = 64usize.saturating_sub(prefix.len() + tail.len());
+            PageKey::new(format!("{prefix}{}{tail}", "0".repeat(fill))).expect("valid key")
+        })
+        .collect()
+}
+
+/// The bytes `fill_page` writes for `seed`: distinct per seed and per position.
+pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9) ^ 0x5bd1_e995;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+/// Fills host page `page` with `pattern(page_bytes, seed)` and returns the bytes.
+pub fn fill_page(pool: &MmapPool, page: u64, seed: u32) -> Vec<u8> {
+    let bytes = pattern(pool.geometry().page_bytes() as usize, seed);
+    pool::scatter_page(pool, page, &bytes).expect("page in pool");
+    bytes
+}
+
+/// The flat bytes of host page `page`.
+pub fn page_bytes(pool: &MmapPool, page: u64) -> Vec<u8> {
+    let mut out = vec![0; pool.geometry().page_bytes() as usize];
+    pool::gather_page(pool, page, &mut out).expect("page in pool");
+    out
+}
+
+/// The whole pool buffer.
+pub fn snapshot(pool: &MmapPool) -> Vec<u8> {
+    let mut out = vec![0; pool.geometry().pool_bytes() as usize];
+    pool.read_bytes(0, &mut out).expect("pool bytes");
+    out
+}
+
+/// Whether every byte of `page`'s spans is the same in two snapshots.
+pub fn page_unchanged(geometry: &PoolGeometry, page: u64, before: &[u8], after: &[u8]) -> bool {
+    geometry.page_spans(page).expect("page in pool").all(|s| {
+        let r = s.offset as usize..(s.offset + s.len) as usize;
+        before[r.clone()] == after[r]
+    })
+}
