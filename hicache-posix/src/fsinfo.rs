@@ -93,6 +93,7 @@ fn fs_name(magic: u64) -> String {
         0x6969 => "nfs".into(),
         0x794C_7630 => "overlayfs".into(),
         0x6573_5546 => "fuse".into(),
+        0x8584_58F6 => "ramfs".into(),
         0x2FC1_2FC1 => "zfs".into(),
         0x0BD0_0BD0 => "lustre".into(),
         0x4741_5346 => "gpfs".into(),

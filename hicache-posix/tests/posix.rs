@@ -477,7 +477,12 @@ async fn a_writer_killed_mid_way_never_leaves_a_readable_torn_page() {
         .map(|v| (0..KILL_PAGES).map(|p| kill_pattern(v, p, len)).collect())
         .collect();
     let mut killed_mid_write = 0;
-    for attempt in 0..5u64 {
+    // Kill at varying moments until at least one kill provably landed inside a write (a
+    // temporary file is left), checking after every kill that no torn page reads as valid.
+    for attempt in 0..16u64 {
+        if killed_mid_write > 0 && attempt >= 3 {
+            break;
+        }
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -497,7 +502,7 @@ async fn a_writer_killed_mid_way_never_leaves_a_readable_torn_page() {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         assert!(started.exists(), "the writer process did not start");
-        std::thread::sleep(std::time::Duration::from_millis(3 + 7 * attempt));
+        std::thread::sleep(std::time::Duration::from_millis(3 + 5 * (attempt % 6)));
         // SIGKILL: no destructor, no cleanup.
         child.kill().unwrap();
         child.wait().unwrap();
@@ -628,4 +633,45 @@ async fn remove_and_usage_with(engine: EngineChoice) {
     assert!(u.total_bytes.unwrap() > 0);
     b.deregister(region).unwrap();
     assert!(b.deregister(region).is_err());
+}
+
+#[tokio::test]
+async fn a_filesystem_without_o_direct_falls_back_to_buffered_io() {
+    let ramfs = hicache_testkit::fixtures::TestMount::new("ramfs", "")
+        .unwrap_or_else(|e| panic!("mount -t ramfs failed ({e}); this test needs root"));
+    let b = backend(ramfs.path(), true);
+    let root = &b.roots()[0];
+    assert_eq!(root.fs.fs_type, "ramfs");
+    assert!(!root.direct);
+    let why = root.direct_fallback.as_deref().unwrap();
+    assert!(
+        why.contains("O_DIRECT refused") && why.contains("ramfs"),
+        "{why}"
+    );
+    assert!(
+        !b.info().capability.direct_io,
+        "the capability says direct I/O is off"
+    );
+    drop(b);
+    let cache = connector(&[ramfs.path().to_path_buf()], true, "m");
+    let pool = Arc::new(MmapPool::new(geometry(Layout::PageFirst, 16, mha())).unwrap());
+    cache.register_pool(pool.clone()).unwrap();
+    let ks = keys("ramfs", 2);
+    let data: Vec<Vec<u8>> = (0..2).map(|p| fill(&pool, p, 50 + p as u8)).collect();
+    assert!(
+        cache
+            .batch_set(&ks, HostSlots::Pages(&[0, 1]))
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.is_ok())
+    );
+    let got = cache
+        .batch_get(&ks, HostSlots::Pages(&[4, 5]))
+        .await
+        .unwrap();
+    assert!(got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))));
+    assert_eq!(page(&pool, 4), data[0]);
+    let probe = hicache_posix::probe_dir(ramfs.path(), true).unwrap();
+    assert_eq!(probe.direct_io, Some(false));
 }

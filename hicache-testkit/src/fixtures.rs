@@ -90,3 +90,52 @@ pub fn page_unchanged(geometry: &PoolGeometry, page: u64, before: &[u8], after: 
         before[r.clone()] == after[r]
     })
 }
+
+/// A filesystem mounted on a fresh temp dir for a test, unmounted on drop (needs root).
+///
+/// Used to get filesystems with specific behaviour: `ramfs` refuses O_DIRECT, a read-only
+/// `tmpfs` refuses writes.
+#[derive(Debug)]
+pub struct TestMount {
+    dir: tempfile::TempDir,
+}
+
+impl TestMount {
+    /// Mounts `fstype` with `options` (e.g. `"ro,size=1m"`).
+    pub fn new(fstype: &str, options: &str) -> std::io::Result<Self> {
+        use std::ffi::CString;
+        let dir = tempfile::tempdir()?;
+        let c =
+            |s: &str| CString::new(s).map_err(|_| std::io::Error::other("NUL in mount argument"));
+        let target = c(&dir.path().to_string_lossy())?;
+        let (ty, opts) = (c(fstype)?, c(options)?);
+        // SAFETY: all strings are NUL-terminated and live across the call.
+        let rc = unsafe {
+            libc::mount(
+                ty.as_ptr(),
+                target.as_ptr(),
+                ty.as_ptr(),
+                0,
+                opts.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(TestMount { dir })
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for TestMount {
+    fn drop(&mut self) {
+        if let Ok(target) = std::ffi::CString::new(self.dir.path().to_string_lossy().as_bytes()) {
+            // SAFETY: NUL-terminated path of our own mount.
+            unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}

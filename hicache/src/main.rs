@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use hicache::bench::{BenchOptions, ModelShape};
 use hicache::{ConfigLoader, EnvSnapshot, PluginChoice, Verdict};
 
 #[derive(Parser, Debug)]
@@ -34,9 +35,9 @@ struct GlobalArgs {
     /// Direct I/O on or off.
     #[arg(long, global = true, value_name = "on|off")]
     direct_io: Option<String>,
-    /// Machine-readable JSON output.
-    #[arg(long, global = true)]
-    json: bool,
+    /// Machine-readable JSON output, to stdout or to FILE.
+    #[arg(long, global = true, value_name = "FILE", num_args = 0..=1)]
+    json: Option<Option<PathBuf>>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -48,6 +49,100 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Write, read back and verify pages; GB/s, pages/s, batch latency.
+    Bench(BenchArgs),
+    /// The whole diagnosis: config, plugins, dirs, geometry, memory, a live round trip.
+    Doctor(DoctorArgs),
+    /// Verify stored objects; report (and with --delete remove) torn, corrupt, foreign ones.
+    Scrub(ScrubArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct ShapeArgs {
+    /// Page shape: llama3-8b, qwen3-8b, deepseek-v3, or custom (with --page-bytes).
+    #[arg(long, default_value = "llama3-8b")]
+    model: String,
+    /// Tokens per page.
+    #[arg(long, default_value_t = 8)]
+    page_tokens: u64,
+    /// Bytes per page for --model custom (a multiple of 512).
+    #[arg(long)]
+    page_bytes: Option<u64>,
+    /// Host layout: layer_first, page_first, page_first_direct, page_head.
+    #[arg(long, default_value = "page_first")]
+    layout: String,
+}
+
+impl ShapeArgs {
+    fn geometry(&self, pages: u64) -> hicache::Result<hicache::PoolGeometry> {
+        let layout = hicache::Layout::parse(&self.layout).ok_or_else(|| {
+            hicache::Error::invalid_config(
+                "layout",
+                "command line",
+                format!(
+                    "`{}` is not one of layer_first, page_first, page_first_direct, page_head",
+                    self.layout
+                ),
+            )
+        })?;
+        ModelShape::parse(&self.model, self.page_bytes)?.geometry(self.page_tokens, layout, pages)
+    }
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    #[command(flatten)]
+    shape: ShapeArgs,
+    /// Pages per round (default: about 256 MiB of pages, at least 16).
+    #[arg(long)]
+    pages: Option<u64>,
+    /// Pages per call.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Calls in flight.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Phases: any of write,read,exists.
+    #[arg(long, default_value = "write,read,exists")]
+    ops: String,
+    /// Rounds of write + read (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Keep the pages afterwards.
+    #[arg(long)]
+    keep: bool,
+    /// Run a baseline instead of hicache: `raw` = O_DIRECT pwrite/pread of one pre-opened file
+    /// per page with --threads threads (the disk's limit).
+    #[arg(long, value_name = "raw")]
+    baseline: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct DoctorArgs {
+    #[command(flatten)]
+    shape: ShapeArgs,
+    /// Host pool size as a multiple of the device KV cache (SGLang's --hicache-ratio).
+    #[arg(long, default_value_t = 2.0)]
+    ratio: f64,
+    /// Device KV cache size, GiB, that --ratio multiplies.
+    #[arg(long, default_value_t = 8.0)]
+    device_kv_gib: f64,
+    /// Host pool size in GiB (SGLang's --hicache-size); overrides --ratio.
+    #[arg(long)]
+    host_gib: Option<f64>,
+}
+
+#[derive(Args, Debug)]
+struct ScrubArgs {
+    /// Remove torn, corrupt and foreign objects and stale temporary files.
+    #[arg(long)]
+    delete: bool,
+    /// Our namespace (16 hex chars as in object names); others are reported as foreign.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Temporary files older than this many seconds are leftovers.
+    #[arg(long, default_value_t = 60)]
+    temp_age_s: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -97,17 +192,269 @@ fn load_config(g: &GlobalArgs) -> hicache::Result<hicache::Config> {
     loader.load()
 }
 
+/// Where JSON goes, if anywhere.
+enum JsonOut {
+    None,
+    Stdout,
+    File(PathBuf),
+}
+
+impl JsonOut {
+    fn from(arg: &Option<Option<PathBuf>>) -> Self {
+        match arg {
+            None => JsonOut::None,
+            Some(None) => JsonOut::Stdout,
+            Some(Some(p)) => JsonOut::File(p.clone()),
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        !matches!(self, JsonOut::None)
+    }
+
+    /// Writes `value`; returns whether stdout was used (so text output is skipped).
+    fn emit(&self, value: &serde_json::Value) -> hicache::Result<bool> {
+        let text = serde_json::to_string_pretty(value).unwrap_or_default();
+        match self {
+            JsonOut::None => Ok(false),
+            JsonOut::Stdout => {
+                println!("{text}");
+                Ok(true)
+            }
+            JsonOut::File(p) => {
+                std::fs::write(p, text + "\n")
+                    .map_err(|e| hicache::Error::io("cli", "write JSON", Some(p.clone()), e))?;
+                Ok(false)
+            }
+        }
+    }
+}
+
+fn runtime() -> hicache::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| hicache::Error::io("cli", "start runtime", None, e))
+}
+
 fn run(cli: Cli) -> hicache::Result<ExitCode> {
     let config = load_config(&cli.global)?;
+    let json = JsonOut::from(&cli.global.json);
     match cli.command {
-        Command::Plugins => plugins(&config, cli.global.json),
+        Command::Plugins => plugins(&config, json.enabled()),
         Command::Config {
             command: ConfigCommand::Show,
         } => {
-            config_show(&config, cli.global.json);
+            config_show(&config, json.enabled());
             Ok(ExitCode::SUCCESS)
         }
+        Command::Bench(args) => bench(config, &args, &json),
+        Command::Doctor(args) => doctor(&config, &args, &json),
+        Command::Scrub(args) => scrub(&config, &args, &json),
     }
+}
+
+fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::Result<ExitCode> {
+    let one = args.shape.geometry(1)?;
+    let pages = args
+        .pages
+        .unwrap_or_else(|| ((256u64 << 20) / one.page_bytes()).clamp(16, 4096));
+    let ops: Vec<&str> = args.ops.split(',').map(str::trim).collect();
+    for op in &ops {
+        if !["write", "read", "exists"].contains(op) {
+            return Err(hicache::Error::invalid_config(
+                "ops",
+                "command line",
+                format!("`{op}` is not one of write, read, exists"),
+            ));
+        }
+    }
+    let report = match args.baseline.as_deref() {
+        Some("raw") => {
+            let dir = config
+                .storage_dirs
+                .value
+                .first()
+                .cloned()
+                .unwrap_or_else(|| PathBuf::from("."));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| hicache::Error::io("bench", "create dir", Some(dir.clone()), e))?;
+            hicache::bench::raw_baseline(
+                &dir,
+                one.page_bytes(),
+                pages,
+                args.threads,
+                config.use_direct_io.value,
+                args.rounds,
+            )?
+        }
+        Some(other) => {
+            return Err(hicache::Error::invalid_config(
+                "baseline",
+                "command line",
+                format!("`{other}` is not a baseline (raw)"),
+            ));
+        }
+        None => {
+            let cache =
+                std::sync::Arc::new(hicache::open(config, hicache::HiCacheOptions::default())?);
+            let opts = BenchOptions {
+                geometry: one,
+                pages,
+                batch: args.batch,
+                streams: args.threads,
+                rounds: args.rounds,
+                write: ops.contains(&"write"),
+                read: ops.contains(&"read"),
+                exists: ops.contains(&"exists"),
+                keep: args.keep,
+                progress: true,
+            };
+            runtime()?.block_on(hicache::bench::run(cache, &opts))?
+        }
+    };
+    let value = serde_json::to_value(&report).unwrap_or_default();
+    if !json.emit(&value)? {
+        println!(
+            "{} [{}] {} pages x {} KiB, batch {}, {} in flight, {} rounds, direct I/O {}, mode {}",
+            report.plugin,
+            report.location,
+            report.pages,
+            report.page_bytes / 1024,
+            report.batch,
+            report.streams,
+            report.rounds,
+            if report.direct_io { "on" } else { "off" },
+            report.transfer_mode
+        );
+        for (name, gbps, rounds) in [
+            ("write", report.write_gbps, &report.write_rounds),
+            ("read", report.read_gbps, &report.read_rounds),
+        ] {
+            if let Some(last) = rounds.last() {
+                let per: Vec<String> = rounds.iter().map(|r| format!("{:.2}", r.gbps)).collect();
+                println!(
+                    "  {name:<5} {gbps:6.2} GB/s median ({}), {:.0} pages/s, batch p50 {:.2} ms p99 {:.2} ms, {} failed",
+                    per.join(" "),
+                    last.pages_per_s,
+                    last.p50_ms,
+                    last.p99_ms,
+                    last.failed_pages
+                );
+            }
+        }
+        if report.exists_keys_per_s > 0.0 {
+            println!("  exists {:.0} keys/s", report.exists_keys_per_s);
+        }
+        println!(
+            "  verified: {}",
+            if report.verified {
+                "every byte"
+            } else {
+                "NO - data mismatch or failed pages"
+            }
+        );
+    }
+    Ok(if report.verified {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn doctor(
+    config: &hicache::Config,
+    args: &DoctorArgs,
+    json: &JsonOut,
+) -> hicache::Result<ExitCode> {
+    let geometry = args.shape.geometry(4)?;
+    let gib = (1u64 << 30) as f64;
+    let (host_pool_bytes, host_pool_origin) = match args.host_gib {
+        Some(g) => ((g * gib) as u64, format!("--host-gib {g}")),
+        None => (
+            (args.ratio * args.device_kv_gib * gib) as u64,
+            format!(
+                "ratio {} x device KV {} GiB",
+                args.ratio, args.device_kv_gib
+            ),
+        ),
+    };
+    let opts = hicache::doctor::DoctorOptions {
+        geometry,
+        host_pool_bytes,
+        host_pool_origin,
+        round_trip_pages: 4,
+    };
+    let report = runtime()?.block_on(hicache::doctor::run(config, &opts));
+    let value = serde_json::to_value(&report).unwrap_or_default();
+    if !json.emit(&value)? {
+        for (i, step) in report.steps.iter().enumerate() {
+            println!(
+                "{}) {:<13} {}",
+                i + 1,
+                step.name,
+                hicache::doctor::label(step.status)
+            );
+            for d in &step.details {
+                println!("     {d}");
+            }
+            for f in &step.fixes {
+                println!("     fix: {f}");
+            }
+        }
+        println!(
+            "{}",
+            if report.ok() {
+                "doctor: all checks passed"
+            } else {
+                "doctor: problems found (see FAIL above)"
+            }
+        );
+    }
+    Ok(if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn scrub(config: &hicache::Config, args: &ScrubArgs, json: &JsonOut) -> hicache::Result<ExitCode> {
+    let opts = hicache::scrub::ScrubOptions {
+        dirs: config.storage_dirs.value.clone(),
+        delete: args.delete,
+        namespace: args.namespace.clone(),
+        temp_age: std::time::Duration::from_secs(args.temp_age_s),
+    };
+    let report = hicache::scrub::scrub(&opts)?;
+    let value = serde_json::to_value(&report).unwrap_or_default();
+    if !json.emit(&value)? {
+        println!(
+            "{} files: {} valid ({:.1} MiB), {} raw (no envelope), {} torn, {} corrupt, {} foreign, {} stale temporary",
+            report.files,
+            report.valid,
+            report.valid_bytes as f64 / (1u64 << 20) as f64,
+            report.raw,
+            report.count("torn"),
+            report.count("corrupt"),
+            report.count("foreign"),
+            report.count("stale-temp")
+        );
+        for f in &report.findings {
+            println!(
+                "  {:<10} {} — {}{}",
+                f.kind,
+                f.path.display(),
+                f.reason,
+                if f.deleted { " (deleted)" } else { "" }
+            );
+        }
+    }
+    Ok(if report.findings.iter().all(|f| f.deleted) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn plugins(config: &hicache::Config, json: bool) -> hicache::Result<ExitCode> {

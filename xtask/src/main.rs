@@ -2,6 +2,8 @@
 //!
 //! Usage: `cargo xtask <command>`; `cargo xtask help` lists them.
 
+mod bench;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -10,6 +12,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
+        Some("bench") => bench::bench(&args[1..]),
         Some("fmt") => fmt(),
         Some("help") | None => {
             print_help();
@@ -29,28 +32,30 @@ fn main() -> ExitCode {
 fn print_help() {
     println!(
         "cargo xtask <command>\n\n\
-         ci     format check, clippy (-D warnings) and every test: what CI runs\n\
+         ci     format check, clippy (-D warnings), every test, a tiny benchmark: what CI runs\n\
+         bench  hicache vs the raw O_DIRECT loop and NIXL's POSIX plugin, interleaved\n\
+         \x20      [--quick] [--tiny] [--repeats N] [--json FILE] (also writes FILE.md)\n\
          fmt    format the workspace\n\
          help   this text"
     );
 }
 
 /// The workspace root (xtask lives one level below it).
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask is inside the workspace")
         .to_path_buf()
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(root());
     cmd
 }
 
 /// Runs one step, timing it; a failing step stops the run.
-fn step(name: &str, mut cmd: Command) -> Result<(), String> {
+pub(crate) fn step(name: &str, mut cmd: Command) -> Result<(), String> {
     println!("==> {name}");
     let started = Instant::now();
     let status = cmd
@@ -90,9 +95,34 @@ fn ci() -> Result<(), String> {
         clippy,
     )?;
 
+    let mut minimal = cargo();
+    minimal.args([
+        "clippy",
+        "-p",
+        "hicache",
+        "--no-default-features",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    step(
+        "cargo clippy -p hicache --no-default-features (no plugin compiled in)",
+        minimal,
+    )?;
+
     let mut test = cargo();
     test.args(["test", "--workspace"]);
     let totals = counted_step("cargo test --workspace", test)?;
+
+    // Keeps the benchmark working; its numbers are not judged here.
+    println!("==> cargo xtask bench --tiny");
+    let started_bench = Instant::now();
+    bench::bench(&["--tiny".to_string()])?;
+    println!(
+        "<== cargo xtask bench --tiny: {:.1}s",
+        started_bench.elapsed().as_secs_f64()
+    );
 
     println!(
         "ci: all steps passed in {:.1}s",

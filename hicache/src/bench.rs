@@ -1,0 +1,545 @@
+//! `hicache bench`: write, read back into another region, verify every byte, time each phase;
+//! and the raw O_DIRECT loop it is compared with.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use hicache_core::{
+    AttentionKind, Dtype, Error, HiCache, HostSlots, Layout, MmapPool, PageKey, PoolGeometry,
+    ReadOutcome, Result, pool,
+};
+use serde::Serialize;
+
+/// Which model's page shape to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelShape {
+    /// Llama-3-8B: MHA, 32 layers, 8 KV heads × 128, bf16 (128 KiB per token).
+    Llama3_8b,
+    /// Qwen3-8B: MHA, 36 layers, 8 KV heads × 128, bf16 (144 KiB per token).
+    Qwen3_8b,
+    /// DeepSeek-V3: MLA, 61 layers, latent 576, bf16 (about 69 KiB per token).
+    DeepseekV3,
+    /// A synthetic MHA shape whose page is exactly `page_bytes` (a multiple of 512).
+    Custom {
+        /// Bytes per page.
+        page_bytes: u64,
+    },
+}
+
+impl ModelShape {
+    /// Parses `llama3-8b`, `qwen3-8b`, `deepseek-v3`, `custom`.
+    pub fn parse(name: &str, page_bytes: Option<u64>) -> Result<Self> {
+        Ok(match name {
+            "llama3-8b" => ModelShape::Llama3_8b,
+            "qwen3-8b" => ModelShape::Qwen3_8b,
+            "deepseek-v3" => ModelShape::DeepseekV3,
+            "custom" => ModelShape::Custom {
+                page_bytes: page_bytes.unwrap_or(1 << 20),
+            },
+            other => {
+                return Err(Error::invalid_config(
+                    "model",
+                    "command line",
+                    format!("`{other}` is not one of llama3-8b, qwen3-8b, deepseek-v3, custom"),
+                ));
+            }
+        })
+    }
+
+    /// The pool geometry for `pages` pages of `page_tokens` tokens in `layout`.
+    pub fn geometry(&self, page_tokens: u64, layout: Layout, pages: u64) -> Result<PoolGeometry> {
+        let (attention, layers, tokens) = match *self {
+            ModelShape::Llama3_8b => (
+                AttentionKind::Mha {
+                    kv_heads: 8,
+                    head_dim: 128,
+                },
+                32,
+                page_tokens,
+            ),
+            ModelShape::Qwen3_8b => (
+                AttentionKind::Mha {
+                    kv_heads: 8,
+                    head_dim: 128,
+                },
+                36,
+                page_tokens,
+            ),
+            ModelShape::DeepseekV3 => (AttentionKind::Mla { kv_cache_dim: 576 }, 61, page_tokens),
+            ModelShape::Custom { page_bytes } => {
+                // 2 (K,V) × 8 layers × 16 tokens × 1 head × D × 2 bytes = 512·D bytes per page.
+                if page_bytes == 0 || page_bytes % 512 != 0 {
+                    return Err(Error::invalid_config(
+                        "page-bytes",
+                        "command line",
+                        format!("{page_bytes} is not a positive multiple of 512"),
+                    ));
+                }
+                (
+                    AttentionKind::Mha {
+                        kv_heads: 1,
+                        head_dim: page_bytes / 512,
+                    },
+                    8,
+                    16,
+                )
+            }
+        };
+        PoolGeometry::new(attention, layers, Dtype::Bf16, tokens, layout, pages)
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Page geometry (its `pages` is ignored: the pool holds `2 × pages`).
+    pub geometry: PoolGeometry,
+    /// Pages written and read per round.
+    pub pages: u64,
+    /// Pages per `batch_set` / `batch_get` call.
+    pub batch: usize,
+    /// Calls in flight at once.
+    pub streams: usize,
+    /// Rounds (write + read each); GB/s figures are medians over rounds.
+    pub rounds: usize,
+    /// Run the write phase.
+    pub write: bool,
+    /// Run the read phase (needs the pages written).
+    pub read: bool,
+    /// Run the exists phase.
+    pub exists: bool,
+    /// Keep the pages afterwards.
+    pub keep: bool,
+    /// Show progress on stderr when it is a terminal.
+    pub progress: bool,
+}
+
+/// One phase's timing.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PhaseStats {
+    /// GB/s (1e9 bytes per second) of payload.
+    pub gbps: f64,
+    /// Pages per second.
+    pub pages_per_s: f64,
+    /// Median batch latency, ms.
+    pub p50_ms: f64,
+    /// 99th percentile batch latency, ms.
+    pub p99_ms: f64,
+    /// Pages that failed or missed.
+    pub failed_pages: u64,
+}
+
+/// The result of `hicache bench`.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    /// Plugin.
+    pub plugin: String,
+    /// Where it stored.
+    pub location: String,
+    /// Transfer mode of the pool.
+    pub transfer_mode: String,
+    /// Whether direct I/O was on.
+    pub direct_io: bool,
+    /// Bytes per page.
+    pub page_bytes: u64,
+    /// Pages per round.
+    pub pages: u64,
+    /// Pages per call.
+    pub batch: usize,
+    /// Calls in flight.
+    pub streams: usize,
+    /// Rounds.
+    pub rounds: usize,
+    /// Median write GB/s.
+    pub write_gbps: f64,
+    /// Median read GB/s.
+    pub read_gbps: f64,
+    /// Existence checks per second.
+    pub exists_keys_per_s: f64,
+    /// Every page read back equals what was written.
+    pub verified: bool,
+    /// Per-round write figures.
+    pub write_rounds: Vec<PhaseStats>,
+    /// Per-round read figures.
+    pub read_rounds: Vec<PhaseStats>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e3
+}
+
+struct Progress {
+    on: bool,
+    label: &'static str,
+    total: usize,
+}
+
+impl Progress {
+    fn new(enabled: bool, label: &'static str, total: usize) -> Self {
+        Progress {
+            on: enabled && std::io::stderr().is_terminal(),
+            label,
+            total,
+        }
+    }
+
+    fn tick(&self, done: usize) {
+        if self.on {
+            let width = 30;
+            let filled = done * width / self.total.max(1);
+            eprint!(
+                "\r{:<6} [{}{}] {done}/{}",
+                self.label,
+                "#".repeat(filled),
+                "-".repeat(width - filled),
+                self.total
+            );
+        }
+    }
+
+    fn finish(&self) {
+        if self.on {
+            eprint!("\r{}\r", " ".repeat(60));
+        }
+    }
+}
+
+/// Runs `calls` batches with `streams` in flight; returns per-batch latencies and failures.
+async fn phase<F, Fut>(
+    streams: usize,
+    calls: usize,
+    progress: &Progress,
+    op: F,
+) -> Result<(Duration, Vec<Duration>, u64)>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<u64>> + Send,
+{
+    let op = Arc::new(op);
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..streams.max(1) {
+        let (op, next, done) = (op.clone(), next.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut failed = 0;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= calls {
+                    return Ok::<_, Error>((lat, failed));
+                }
+                let t = Instant::now();
+                failed += op(i).await?;
+                lat.push(t.elapsed());
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let mut lat = Vec::new();
+    let mut failed = 0;
+    let mut pending = tasks;
+    while !pending.is_empty() {
+        progress.tick(done.load(Ordering::Relaxed));
+        let t = pending.remove(0);
+        let (l, f) = t
+            .await
+            .map_err(|e| Error::backend("bench", e.to_string()))??;
+        lat.extend(l);
+        failed += f;
+    }
+    progress.finish();
+    let elapsed = started.elapsed();
+    lat.sort();
+    Ok((elapsed, lat, failed))
+}
+
+fn stats(
+    elapsed: Duration,
+    lat: &[Duration],
+    failed: u64,
+    pages: u64,
+    page_bytes: u64,
+) -> PhaseStats {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    PhaseStats {
+        gbps: (pages * page_bytes) as f64 / secs / 1e9,
+        pages_per_s: pages as f64 / secs,
+        p50_ms: percentile(lat, 0.5),
+        p99_ms: percentile(lat, 0.99),
+        failed_pages: failed,
+    }
+}
+
+/// Runs the benchmark through a connector (the pool is registered here).
+pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport> {
+    let pages = opts.pages.max(1);
+    let geometry = PoolGeometry {
+        pages: 2 * pages,
+        ..opts.geometry
+    };
+    let pool = Arc::new(MmapPool::new(geometry)?);
+    let report = cache.register_pool(pool.clone())?;
+    let page_bytes = geometry.page_bytes();
+    let run_id = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64 ^ 0x5eed;
+    let keys: Arc<Vec<PageKey>> = Arc::new(
+        (0..pages)
+            .map(|i| PageKey::new(format!("{run_id:016x}{:048x}", i)))
+            .collect::<Result<_>>()?,
+    );
+    for p in 0..pages {
+        pool::scatter_page(pool.as_ref(), p, &page_pattern(page_bytes, p))?;
+    }
+    let batch = opts.batch.max(1);
+    let calls = (pages as usize).div_ceil(batch);
+    let mut write_rounds = Vec::new();
+    let mut read_rounds = Vec::new();
+    let mut verified = true;
+    for _ in 0..opts.rounds.max(1) {
+        if opts.write {
+            let (c, k) = (cache.clone(), keys.clone());
+            let progress = Progress::new(opts.progress, "write", calls);
+            let (el, lat, failed) = phase(opts.streams, calls, &progress, move |i| {
+                let (c, k) = (c.clone(), k.clone());
+                async move {
+                    let lo = i * batch;
+                    let hi = (lo + batch).min(k.len());
+                    let idx: Vec<u64> = (lo as u64..hi as u64).collect();
+                    let r = c.batch_set(&k[lo..hi], HostSlots::Pages(&idx)).await?;
+                    Ok(r.iter().filter(|r| r.is_err()).count() as u64)
+                }
+            })
+            .await?;
+            write_rounds.push(stats(el, &lat, failed, pages, page_bytes));
+        }
+        if opts.read {
+            for p in pages..2 * pages {
+                pool::scatter_page(pool.as_ref(), p, &vec![0u8; page_bytes as usize])?;
+            }
+            let (c, k) = (cache.clone(), keys.clone());
+            let progress = Progress::new(opts.progress, "read", calls);
+            let (el, lat, failed) = phase(opts.streams, calls, &progress, move |i| {
+                let (c, k) = (c.clone(), k.clone());
+                async move {
+                    let lo = i * batch;
+                    let hi = (lo + batch).min(k.len());
+                    let n = k.len() as u64;
+                    let idx: Vec<u64> = (lo as u64 + n..hi as u64 + n).collect();
+                    let r = c.batch_get(&k[lo..hi], HostSlots::Pages(&idx)).await?;
+                    Ok(r.iter()
+                        .filter(|r| !matches!(r, Ok(ReadOutcome::Hit)))
+                        .count() as u64)
+                }
+            })
+            .await?;
+            read_rounds.push(stats(el, &lat, failed, pages, page_bytes));
+            let mut buf = vec![0u8; page_bytes as usize];
+            for p in 0..pages {
+                pool::gather_page(pool.as_ref(), pages + p, &mut buf)?;
+                if buf != page_pattern(page_bytes, p) {
+                    verified = false;
+                }
+            }
+            if failed > 0 {
+                verified = false;
+            }
+        }
+    }
+    let mut exists_keys_per_s = 0.0;
+    if opts.exists {
+        let started = Instant::now();
+        let mut found = 0;
+        for chunk in keys.chunks(batch) {
+            found += cache.batch_exists(chunk).await?;
+        }
+        exists_keys_per_s = keys.len() as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        if opts.write && found != keys.len() {
+            verified = false;
+        }
+    }
+    if !opts.keep {
+        cache.batch_remove(&keys).await?;
+    }
+    let info = cache.backend_info();
+    Ok(BenchReport {
+        plugin: info.name.clone(),
+        location: info.location.clone(),
+        transfer_mode: report.mode.to_string(),
+        direct_io: info.capability.direct_io,
+        page_bytes,
+        pages,
+        batch,
+        streams: opts.streams,
+        rounds: opts.rounds.max(1),
+        write_gbps: median(write_rounds.iter().map(|r| r.gbps).collect()),
+        read_gbps: median(read_rounds.iter().map(|r| r.gbps).collect()),
+        exists_keys_per_s,
+        verified: verified && (opts.read || opts.exists || !opts.write),
+        write_rounds,
+        read_rounds,
+    })
+}
+
+/// The bytes of page `p` in the benchmark (cheap to generate, distinct per page).
+fn page_pattern(len: u64, p: u64) -> Vec<u8> {
+    let mut x = p.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len as usize);
+    while out.len() < len as usize {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len as usize);
+    out
+}
+
+/// The raw baseline: `qd` threads writing each page with `open(O_CREAT) + pwrite + close` to a
+/// fresh file (hicache publishes every object as a new file, so fresh files are the fair
+/// comparison), then reading every page with `pread` from files opened before the clock
+/// starts; O_DIRECT unless `direct` is false. No naming, no publish, no checksums: the disk's
+/// limit for this page size and queue depth.
+pub fn raw_baseline(
+    dir: &Path,
+    page_bytes: u64,
+    pages: u64,
+    qd: usize,
+    direct: bool,
+    rounds: usize,
+) -> Result<BenchReport> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir: PathBuf = dir.join(format!("raw-{}", std::process::id()));
+    let flags = if direct { libc::O_DIRECT } else { 0 };
+    let page_path = |round: usize, i: usize| dir.join(format!("r{round}-page{i:06}"));
+    let src = hicache_core::AlignedBuf::zeroed((pages * page_bytes) as usize, 4096)?;
+    let dst = hicache_core::AlignedBuf::zeroed((pages * page_bytes) as usize, 4096)?;
+    for p in 0..pages {
+        src.copy_from((p * page_bytes) as usize, &page_pattern(page_bytes, p))?;
+    }
+    let timed = |threads: usize, work: &(dyn Fn(usize) -> bool + Sync)| -> PhaseStats {
+        let next = AtomicUsize::new(0);
+        let started = Instant::now();
+        let errors = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads.max(1))
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut errors = 0u64;
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= pages as usize {
+                                return errors;
+                            }
+                            if !work(i) {
+                                errors += 1;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(1))
+                .sum::<u64>()
+        });
+        stats(started.elapsed(), &[], errors, pages, page_bytes)
+    };
+    let mut write_rounds = Vec::new();
+    let mut read_rounds = Vec::new();
+    for round in 0..rounds.max(1) {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io("RAW", "create dir", Some(dir.clone()), e))?;
+        write_rounds.push(timed(qd, &|i| {
+            let Ok(f) = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(flags)
+                .open(page_path(round, i))
+            else {
+                return false;
+            };
+            let off = i * page_bytes as usize;
+            // SAFETY: each page range of src is read by one thread only; src outlives the scope.
+            let n = unsafe {
+                libc::pwrite(
+                    f.as_raw_fd(),
+                    src.as_ptr().add(off).cast(),
+                    page_bytes as usize,
+                    0,
+                )
+            };
+            n == page_bytes as isize
+        }));
+        let files: Vec<std::fs::File> = (0..pages as usize)
+            .map(|i| {
+                let p = page_path(round, i);
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(flags)
+                    .open(&p)
+                    .map_err(|e| Error::io("RAW", "open", Some(p), e))
+            })
+            .collect::<Result<_>>()?;
+        read_rounds.push(timed(qd, &|i| {
+            let off = i * page_bytes as usize;
+            // SAFETY: each page range of dst is written by one thread only; dst outlives the scope.
+            let n = unsafe {
+                libc::pread(
+                    files[i].as_raw_fd(),
+                    dst.as_ptr().add(off).cast(),
+                    page_bytes as usize,
+                    0,
+                )
+            };
+            n == page_bytes as isize
+        }));
+    }
+    let mut a = vec![0u8; page_bytes as usize];
+    let mut b = vec![0u8; page_bytes as usize];
+    let mut verified = true;
+    for p in 0..pages {
+        src.copy_to((p * page_bytes) as usize, &mut a)?;
+        dst.copy_to((p * page_bytes) as usize, &mut b)?;
+        verified &= a == b;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(BenchReport {
+        plugin: "RAW".into(),
+        location: dir.display().to_string(),
+        transfer_mode: "raw".into(),
+        direct_io: direct,
+        page_bytes,
+        pages,
+        batch: qd,
+        streams: qd,
+        rounds: rounds.max(1),
+        write_gbps: median(write_rounds.iter().map(|r| r.gbps).collect()),
+        read_gbps: median(read_rounds.iter().map(|r| r.gbps).collect()),
+        exists_keys_per_s: 0.0,
+        verified,
+        write_rounds,
+        read_rounds,
+    })
+}

@@ -1,0 +1,388 @@
+//! `hicache doctor`: the whole diagnosis, in order, with a verdict and a fix for each step.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hicache_core::{
+    Capability, Config, HiCache, HiCacheOptions, HostSlots, MmapPool, PageKey, PoolGeometry,
+    ReadOutcome, Source, StorageIdentity, TransferMode, decide_mode, pool,
+};
+use serde::Serialize;
+
+/// Outcome of one step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// All good.
+    Pass,
+    /// Works, but not as well as it could, or not as the user may think.
+    Warn,
+    /// Does not work.
+    Fail,
+}
+
+/// One step of the diagnosis.
+#[derive(Clone, Debug, Serialize)]
+pub struct Step {
+    /// Step name.
+    pub name: String,
+    /// Verdict.
+    pub status: Status,
+    /// What was found.
+    pub details: Vec<String>,
+    /// How to fix a problem.
+    pub fixes: Vec<String>,
+}
+
+impl Step {
+    fn new(name: impl Into<String>) -> Self {
+        Step {
+            name: name.into(),
+            status: Status::Pass,
+            details: Vec::new(),
+            fixes: Vec::new(),
+        }
+    }
+
+    fn warn(&mut self, detail: String, fix: impl Into<String>) {
+        if self.status == Status::Pass {
+            self.status = Status::Warn;
+        }
+        self.details.push(detail);
+        self.fixes.push(fix.into());
+    }
+
+    fn fail(&mut self, detail: String, fix: impl Into<String>) {
+        self.status = Status::Fail;
+        self.details.push(detail);
+        self.fixes.push(fix.into());
+    }
+}
+
+/// What to diagnose besides the config.
+#[derive(Clone, Debug)]
+pub struct DoctorOptions {
+    /// The pool geometry to check (alignment, transfer mode, round trip).
+    pub geometry: PoolGeometry,
+    /// Host pool size, bytes (from `--host-gib`, or ratio × device KV size).
+    pub host_pool_bytes: u64,
+    /// How the host pool size was derived, for the message.
+    pub host_pool_origin: String,
+    /// Pages in the live round trip.
+    pub round_trip_pages: u64,
+}
+
+/// The diagnosis.
+#[derive(Clone, Debug, Serialize)]
+pub struct DoctorReport {
+    /// Steps in order.
+    pub steps: Vec<Step>,
+}
+
+impl DoctorReport {
+    /// Whether no step failed.
+    pub fn ok(&self) -> bool {
+        self.steps.iter().all(|s| s.status != Status::Fail)
+    }
+
+    /// A step by name.
+    pub fn step(&self, name: &str) -> Option<&Step> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+}
+
+/// Runs every step. Never panics; a failing step does not stop later ones unless they need it.
+pub async fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
+    // Before any probe runs: probing creates missing dirs.
+    let missing: Vec<PathBuf> = config
+        .storage_dirs
+        .value
+        .iter()
+        .filter(|d| !d.exists())
+        .cloned()
+        .collect();
+    let mut steps = vec![config_step(config)];
+    let (plugins, selected) = plugins_step(config);
+    steps.push(plugins);
+    steps.push(dirs_step(config, &missing));
+    let backend = match &selected {
+        Some(_) => crate::registry().and_then(|r| r.open(config)).ok(),
+        None => None,
+    };
+    let capability = backend.as_ref().map(|(b, _)| b.info().capability);
+    steps.push(geometry_step(config, opts, capability.as_ref()));
+    steps.push(memory_step(opts));
+    steps.push(round_trip_step(config, opts, backend.map(|(b, _)| b)).await);
+    DoctorReport { steps }
+}
+
+fn config_step(config: &Config) -> Step {
+    let mut step = Step::new("config");
+    for e in config.entries() {
+        step.details
+            .push(format!("{} = {} [{}]", e.key, e.value, e.source));
+        for (source, value) in &e.overridden {
+            if matches!(source, Source::File(_) | Source::Inline)
+                && matches!(e.source, Source::Env(_))
+            {
+                step.warn(
+                    format!(
+                        "{}: {} from {} overrides {value} from {source}",
+                        e.key, e.value, e.source
+                    ),
+                    format!(
+                        "unset {} or change the config file so they agree",
+                        e.source.to_string().trim_start_matches("env ")
+                    ),
+                );
+            }
+        }
+    }
+    for w in &config.warnings {
+        step.warn(w.clone(), "set only one of the two variables");
+    }
+    step
+}
+
+fn plugins_step(config: &Config) -> (Step, Option<String>) {
+    let mut step = Step::new("plugins");
+    let registry = match crate::registry() {
+        Ok(r) => r,
+        Err(e) => {
+            step.fail(e.to_string(), "make plugin names unique");
+            return (step, None);
+        }
+    };
+    for c in registry.probe_all(config) {
+        step.details.push(format!(
+            "{} ({}, priority {}): {}",
+            c.name, c.kind, c.priority, c.verdict
+        ));
+    }
+    match registry.select(config) {
+        Ok(sel) => {
+            step.details.push(sel.summary());
+            (step, Some(sel.plugin.name.to_string()))
+        }
+        Err(e) => {
+            let fix = match &e {
+                hicache_core::Error::PluginUnusable { hint: Some(h), .. } => h.clone(),
+                _ => "enable a usable plugin, or fix what its probe reports".into(),
+            };
+            step.fail(e.to_string(), fix);
+            (step, None)
+        }
+    }
+}
+
+fn dirs_step(config: &Config, missing: &[PathBuf]) -> Step {
+    let mut step = Step::new("storage dirs");
+    for dir in &config.storage_dirs.value {
+        if missing.contains(dir) {
+            step.warn(
+                format!("{} did not exist (the probe created it)", dir.display()),
+                format!("create it ahead of time (`mkdir -p {}`) on the disk you mean to use; the POSIX plugin creates it on open", dir.display()),
+            );
+        }
+        check_dir(&mut step, dir, config.use_direct_io.value);
+    }
+    step
+}
+
+#[cfg(feature = "posix")]
+fn check_dir(step: &mut Step, dir: &Path, direct: bool) {
+    match hicache_posix::probe_dir(dir, direct) {
+        Ok(p) => {
+            let align = match (p.fs.dio_mem_align, p.fs.dio_offset_align) {
+                (Some(m), Some(o)) => format!("DIOALIGN mem {m} / offset {o}"),
+                _ => format!(
+                    "no DIOALIGN reported (using {})",
+                    hicache_posix::FALLBACK_ALIGN
+                ),
+            };
+            step.details.push(format!(
+                "{}: {}, {:.1} GiB free, {align}",
+                dir.display(),
+                p.fs.fs_type,
+                p.free_bytes as f64 / (1u64 << 30) as f64
+            ));
+            match (p.direct_io, p.direct_io_error) {
+                (Some(true), _) => step.details.push(format!("{}: aligned O_DIRECT write + read + verify ok", dir.display())),
+                (Some(false), Some(e)) => step.warn(
+                    format!("{}: {e}", dir.display()),
+                    "put storage dirs on a filesystem with O_DIRECT (ext4, xfs), or set use_direct_io = false to choose buffered I/O knowingly",
+                ),
+                _ => step.details.push(format!("{}: buffered write + read + verify ok (use_direct_io = false)", dir.display())),
+            }
+        }
+        Err(problem) => step.fail(problem.reason, problem.hint),
+    }
+}
+
+#[cfg(not(feature = "posix"))]
+fn check_dir(step: &mut Step, dir: &Path, _direct: bool) {
+    step.details.push(format!(
+        "{}: not checked (this build has no FILE plugin)",
+        dir.display()
+    ));
+}
+
+fn geometry_step(config: &Config, opts: &DoctorOptions, capability: Option<&Capability>) -> Step {
+    let mut step = Step::new("geometry");
+    let g = &opts.geometry;
+    step.details.push(format!(
+        "{:?}, {} layers, {} tokens per page, {}, layout {}: {} bytes per page in {} span(s) of {} bytes",
+        g.attention,
+        g.layers,
+        g.page_tokens,
+        g.dtype,
+        g.layout,
+        g.page_bytes(),
+        g.spans_per_page(),
+        g.span_len()
+    ));
+    let Some(cap) = capability else {
+        step.warn(
+            "no plugin could be opened, so the transfer mode is unknown".into(),
+            "fix the plugins step first",
+        );
+        return step;
+    };
+    // Host pools are mmap'ed: the base is page-aligned.
+    let (mode, reason) = decide_mode(g, Some(0), cap, config.naming.value);
+    step.details
+        .push(format!("transfer mode: {mode} ({reason})"));
+    if mode == TransferMode::Bounce {
+        let align = cap.io_alignment;
+        step.warn(
+            format!("pages are copied through bounce buffers: {reason}"),
+            format!("use page_first or page_first_direct with a page size whose spans are multiples of {align} bytes (e.g. more tokens per page) for zero-copy"),
+        );
+    }
+    step
+}
+
+/// `MemAvailable` from /proc/meminfo, bytes.
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn memory_step(opts: &DoctorOptions) -> Step {
+    let mut step = Step::new("memory");
+    let want = opts.host_pool_bytes;
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    match available_memory() {
+        Some(avail) => {
+            step.details.push(format!(
+                "host pool {:.1} GiB ({}), available {:.1} GiB",
+                gib(want),
+                opts.host_pool_origin,
+                gib(avail)
+            ));
+            if want > avail {
+                step.fail(
+                    format!("the host pool needs {:.1} GiB but only {:.1} GiB is available", gib(want), gib(avail)),
+                    "lower --ratio (or --hicache-size) or free memory; a pool larger than memory swaps or is killed",
+                );
+            } else if want > avail / 10 * 9 {
+                step.warn(
+                    format!(
+                        "the host pool takes over 90% of available memory ({:.1} of {:.1} GiB)",
+                        gib(want),
+                        gib(avail)
+                    ),
+                    "leave headroom for the engine and the page cache",
+                );
+            }
+        }
+        None => step.warn(
+            "cannot read MemAvailable from /proc/meminfo".into(),
+            "check the host pool size by hand",
+        ),
+    }
+    step
+}
+
+async fn round_trip_step(
+    config: &Config,
+    opts: &DoctorOptions,
+    backend: Option<hicache_core::DynBackend>,
+) -> Step {
+    let mut step = Step::new("round trip");
+    let Some(backend) = backend else {
+        step.fail(
+            "no plugin could be opened".into(),
+            "fix the plugins step first",
+        );
+        return step;
+    };
+    let n = opts.round_trip_pages.max(1);
+    let result = async {
+        let cache = HiCache::with_backend(
+            backend,
+            config.clone(),
+            HiCacheOptions::new(StorageIdentity::single("hicache-doctor")),
+        )?;
+        let geometry = PoolGeometry {
+            pages: 2 * n,
+            ..opts.geometry
+        };
+        let pool = Arc::new(MmapPool::new(geometry)?);
+        let report = cache.register_pool(pool.clone())?;
+        let stamp = std::process::id();
+        let keys: Vec<PageKey> = (0..n)
+            .map(|i| PageKey::new(format!("doctor-{stamp:x}-{i}")))
+            .collect::<hicache_core::Result<_>>()?;
+        let mut expected = Vec::new();
+        for p in 0..n {
+            let bytes: Vec<u8> = (0..geometry.page_bytes())
+                .map(|i| (i as u8) ^ (p as u8).wrapping_mul(37))
+                .collect();
+            pool::scatter_page(pool.as_ref(), p, &bytes)?;
+            expected.push(bytes);
+        }
+        let src: Vec<u64> = (0..n).collect();
+        let dst: Vec<u64> = (n..2 * n).collect();
+        let set = cache.batch_set(&keys, HostSlots::Pages(&src)).await?;
+        let get = cache.batch_get(&keys, HostSlots::Pages(&dst)).await?;
+        let _ = cache.batch_remove(&keys).await;
+        let mut bad = Vec::new();
+        for i in 0..n as usize {
+            let mut got = vec![0u8; geometry.page_bytes() as usize];
+            pool::gather_page(pool.as_ref(), n + i as u64, &mut got)?;
+            match (&set[i], &get[i]) {
+                (Ok(_), Ok(ReadOutcome::Hit)) if got == expected[i] => {}
+                (s, g) => bad.push(format!("page {i}: set {s:?}, get {g:?}")),
+            }
+        }
+        Ok::<_, hicache_core::Error>((report, bad))
+    }
+    .await;
+    match result {
+        Ok((report, bad)) if bad.is_empty() => step.details.push(format!(
+            "{n} pages written, read back and verified ({} mode, {} bytes stored per page)",
+            report.mode, report.stored_bytes_per_page
+        )),
+        Ok((_, bad)) => step.fail(
+            bad.join("; "),
+            "see the errors above; run `hicache scrub` on the storage dirs",
+        ),
+        Err(e) => step.fail(
+            e.to_string(),
+            "see the error; it names the failing path or setting",
+        ),
+    }
+    step
+}
+
+/// Status as a short label.
+pub fn label(s: Status) -> &'static str {
+    match s {
+        Status::Pass => "PASS",
+        Status::Warn => "WARN",
+        Status::Fail => "FAIL",
+    }
+}

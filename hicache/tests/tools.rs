@@ -1,0 +1,370 @@
+//! `doctor`, `scrub` and `bench` on real filesystems, including ones mounted for the test:
+//! ramfs (no O_DIRECT) and a read-only tmpfs (unwritable). Mounting needs root, which the
+//! project's machines and CI have; without it these tests fail loudly rather than skip.
+#![cfg(feature = "posix")]
+
+use std::ffi::CString;
+
+use hicache_testkit::fixtures::TestMount;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hicache::bench::{BenchOptions, ModelShape};
+use hicache::doctor::{DoctorOptions, Status};
+use hicache::scrub::{ScrubOptions, scrub};
+use hicache::{
+    Config, ConfigLoader, HiCache, HiCacheOptions, HostSlots, Layout, MmapPool, PageKey,
+    StorageIdentity, pool,
+};
+
+/// Mounts a filesystem for a test; without root this fails loudly.
+fn mount(fstype: &str, options: &str) -> TestMount {
+    TestMount::new(fstype, options)
+        .unwrap_or_else(|e| panic!("mount -t {fstype} failed ({e}); these tests need root"))
+}
+
+fn config(dirs: &[&Path], extra: &[(&str, &str)]) -> Config {
+    let list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let mut l = ConfigLoader::new().set("storage_dir", list.join(","));
+    for (k, v) in extra {
+        l = l.set(*k, *v);
+    }
+    l.load().unwrap()
+}
+
+fn options(model: ModelShape, page_tokens: u64, layout: Layout, host_gib: f64) -> DoctorOptions {
+    DoctorOptions {
+        geometry: model.geometry(page_tokens, layout, 4).unwrap(),
+        host_pool_bytes: (host_gib * (1u64 << 30) as f64) as u64,
+        host_pool_origin: format!("--host-gib {host_gib}"),
+        round_trip_pages: 2,
+    }
+}
+
+fn doctor(config: &Config, opts: &DoctorOptions) -> hicache::doctor::DoctorReport {
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(hicache::doctor::run(config, opts))
+}
+
+fn default_opts() -> DoctorOptions {
+    options(
+        ModelShape::Custom {
+            page_bytes: 64 << 10,
+        },
+        16,
+        Layout::PageFirst,
+        0.5,
+    )
+}
+
+#[test]
+fn doctor_passes_on_a_good_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = doctor(&config(&[dir.path()], &[]), &default_opts());
+    assert!(report.ok(), "{report:#?}");
+    let rt = report.step("round trip").unwrap();
+    assert_eq!(rt.status, Status::Pass, "{rt:?}");
+    assert!(rt.details[0].contains("verified"));
+}
+
+#[test]
+fn doctor_explains_a_missing_dir() {
+    let parent = tempfile::tempdir().unwrap();
+    let missing = parent.path().join("not-yet");
+    let report = doctor(&config(&[&missing], &[]), &default_opts());
+    let step = report.step("storage dirs").unwrap();
+    assert_eq!(step.status, Status::Warn, "{step:?}");
+    assert!(
+        step.details[0].contains("did not exist") && step.fixes[0].contains("mkdir -p"),
+        "{step:?}"
+    );
+}
+
+#[test]
+fn doctor_explains_a_filesystem_without_o_direct() {
+    let ramfs = mount("ramfs", "");
+    let report = doctor(&config(&[ramfs.path()], &[]), &default_opts());
+    let step = report.step("storage dirs").unwrap();
+    assert_eq!(step.status, Status::Warn, "{step:?}");
+    assert!(
+        step.details
+            .iter()
+            .any(|d| d.contains("ramfs") && d.contains("refuses O_DIRECT")),
+        "{step:?}"
+    );
+    assert!(
+        step.fixes
+            .iter()
+            .any(|f| f.contains("use_direct_io = false")),
+        "{step:?}"
+    );
+    // It still works, buffered: the round trip passes.
+    assert_eq!(report.step("round trip").unwrap().status, Status::Pass);
+}
+
+#[test]
+fn doctor_explains_an_unwritable_dir() {
+    let ro = mount("tmpfs", "ro,size=1m");
+    let report = doctor(&config(&[ro.path()], &[]), &default_opts());
+    assert!(!report.ok());
+    let step = report.step("storage dirs").unwrap();
+    assert_eq!(step.status, Status::Fail, "{step:?}");
+    assert!(
+        step.details
+            .iter()
+            .any(|d| d.contains("Read-only file system")),
+        "{step:?}"
+    );
+    assert!(step.fixes.iter().any(|f| f.contains("--dir")), "{step:?}");
+}
+
+#[test]
+fn doctor_explains_an_unusable_requested_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let report = doctor(
+        &config(&[&file.join("sub")], &[("plugin", "posix")]),
+        &default_opts(),
+    );
+    let step = report.step("plugins").unwrap();
+    assert_eq!(step.status, Status::Fail, "{step:?}");
+    assert!(
+        step.details
+            .iter()
+            .any(|d| d.contains("POSIX was requested but is unusable")),
+        "{step:?}"
+    );
+    assert!(!report.ok());
+    let report = doctor(
+        &config(&[dir.path()], &[("plugin", "3fs")]),
+        &default_opts(),
+    );
+    let step = report.step("plugins").unwrap();
+    assert!(
+        step.details
+            .iter()
+            .any(|d| d.contains("unknown plugin `3FS`")),
+        "{step:?}"
+    );
+}
+
+#[test]
+fn doctor_explains_a_stride_that_breaks_alignment() {
+    let dir = tempfile::tempdir().unwrap();
+    // 1536-byte pages: two spans of 768 bytes, aligned to no direct-I/O alignment.
+    let opts = options(
+        ModelShape::Custom { page_bytes: 1536 },
+        16,
+        Layout::PageFirst,
+        0.5,
+    );
+    let report = doctor(&config(&[dir.path()], &[]), &opts);
+    let step = report.step("geometry").unwrap();
+    assert_eq!(step.status, Status::Warn, "{step:?}");
+    assert!(
+        step.details.iter().any(|d| d.contains("bounce")),
+        "{step:?}"
+    );
+    assert_eq!(
+        report.step("round trip").unwrap().status,
+        Status::Pass,
+        "bounce mode still round-trips"
+    );
+}
+
+#[test]
+fn doctor_explains_a_ratio_that_exceeds_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(
+        ModelShape::Custom {
+            page_bytes: 64 << 10,
+        },
+        16,
+        Layout::PageFirst,
+        100_000.0,
+    );
+    let report = doctor(&config(&[dir.path()], &[]), &opts);
+    let step = report.step("memory").unwrap();
+    assert_eq!(step.status, Status::Fail, "{step:?}");
+    assert!(step.fixes[0].contains("--ratio"), "{step:?}");
+    assert!(!report.ok());
+}
+
+#[test]
+fn doctor_warns_when_env_overrides_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "storage_dir = \"{}\"\nuse_direct_io = true\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let cfg = ConfigLoader::new()
+        .file(&file)
+        .env(hicache::EnvSnapshot::from_pairs([(
+            "HICACHE_USE_DIRECT_IO",
+            "false",
+        )]))
+        .load()
+        .unwrap();
+    let report = doctor(&cfg, &default_opts());
+    let step = report.step("config").unwrap();
+    assert_eq!(step.status, Status::Warn, "{step:?}");
+    assert!(
+        step.details
+            .iter()
+            .any(|d| d.contains("HICACHE_USE_DIRECT_IO") && d.contains("overrides")),
+        "{step:?}"
+    );
+}
+
+fn store_pages(dir: &Path, n: u64) -> (Vec<PathBuf>, String) {
+    let cfg = config(&[dir], &[("plugin", "posix")]);
+    let cache = hicache::open(cfg, HiCacheOptions::new(StorageIdentity::single("m"))).unwrap();
+    let geometry = ModelShape::Custom {
+        page_bytes: 64 << 10,
+    }
+    .geometry(16, Layout::PageFirst, n)
+    .unwrap();
+    let pool = Arc::new(MmapPool::new(geometry).unwrap());
+    let report = cache.register_pool(pool.clone()).unwrap();
+    let keys: Vec<PageKey> = (0..n)
+        .map(|i| PageKey::new(format!("scrub{i:059}")).unwrap())
+        .collect();
+    for p in 0..n {
+        pool::scatter_page(pool.as_ref(), p, &vec![p as u8 + 1; 64 << 10]).unwrap();
+    }
+    let pages: Vec<u64> = (0..n).collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let r = rt
+        .block_on(cache.batch_set(&keys, HostSlots::Pages(&pages)))
+        .unwrap();
+    assert!(r.iter().all(|r| r.is_ok()));
+    let backend = hicache::posix::PosixBackend::new(&hicache::posix::PosixConfig {
+        dirs: vec![dir.to_path_buf()],
+        direct_io: false,
+        engine: hicache::posix::EngineChoice::Threads,
+        threads: 1,
+        queue_depth: 64,
+        sync: false,
+    })
+    .unwrap();
+    let paths = keys
+        .iter()
+        .map(|k| backend.object_path(&cache.object_names(k).unwrap()[0]))
+        .collect();
+    (paths, report.namespace)
+}
+
+#[test]
+fn scrub_finds_torn_corrupt_foreign_and_stale_files_and_deletes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, namespace) = store_pages(dir.path(), 6);
+    // 0: bit flip; 1: truncated; 2: another object's bytes; 3, 4, 5: valid.
+    let mut b = std::fs::read(&paths[0]).unwrap();
+    let n = b.len();
+    b[n - 10] ^= 1;
+    std::fs::write(&paths[0], b).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[1])
+        .unwrap();
+    f.set_len(5000).unwrap();
+    std::fs::copy(&paths[3], &paths[2]).unwrap();
+    // A temporary file of a killed writer, an hour old.
+    let bucket = paths[4].parent().unwrap();
+    let stale = bucket.join(".t1234-5");
+    std::fs::write(&stale, b"partial").unwrap();
+    let old = CString::new(stale.to_str().unwrap()).unwrap();
+    let times = [libc::timespec {
+        tv_sec: 1,
+        tv_nsec: 0,
+    }; 2];
+    // SAFETY: NUL-terminated path and a two-element array, as utimensat wants.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, old.as_ptr(), times.as_ptr(), 0) };
+    assert_eq!(rc, 0);
+
+    let opts = ScrubOptions {
+        dirs: vec![dir.path().to_path_buf()],
+        delete: false,
+        namespace: Some(namespace.clone()),
+        temp_age: std::time::Duration::from_secs(60),
+    };
+    let report = scrub(&opts).unwrap();
+    assert_eq!(report.files, 7, "{report:#?}");
+    assert_eq!(report.valid, 3);
+    assert_eq!(report.count("torn"), 1, "{report:#?}");
+    assert_eq!(report.count("corrupt"), 2, "{report:#?}");
+    assert_eq!(report.count("stale-temp"), 1);
+    // With another namespace, the valid objects are foreign.
+    let foreign = scrub(&ScrubOptions {
+        namespace: Some("0000000000000000".into()),
+        ..opts.clone()
+    })
+    .unwrap();
+    assert_eq!(foreign.count("foreign"), 3);
+    let deleted = scrub(&ScrubOptions {
+        delete: true,
+        ..opts.clone()
+    })
+    .unwrap();
+    assert!(deleted.findings.iter().all(|f| f.deleted));
+    let again = scrub(&opts).unwrap();
+    assert_eq!(
+        (again.files, again.valid, again.findings.len()),
+        (3, 3, 0),
+        "{again:#?}"
+    );
+}
+
+#[test]
+fn bench_verifies_every_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&[dir.path()], &[]);
+    let cache = Arc::new(hicache::open(cfg, HiCacheOptions::default()).unwrap());
+    let opts = BenchOptions {
+        geometry: ModelShape::Custom {
+            page_bytes: 64 << 10,
+        }
+        .geometry(16, Layout::PageFirst, 1)
+        .unwrap(),
+        pages: 40,
+        batch: 8,
+        streams: 2,
+        rounds: 2,
+        write: true,
+        read: true,
+        exists: true,
+        keep: false,
+        progress: false,
+    };
+    let report = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(hicache::bench::run(cache.clone(), &opts))
+        .unwrap();
+    assert!(report.verified, "{report:#?}");
+    assert_eq!(report.write_rounds.len(), 2);
+    assert!(report.write_gbps > 0.0 && report.read_gbps > 0.0 && report.exists_keys_per_s > 0.0);
+    let json = serde_json::to_value(&report).unwrap();
+    for field in [
+        "plugin",
+        "page_bytes",
+        "pages",
+        "batch",
+        "write_gbps",
+        "read_gbps",
+        "exists_keys_per_s",
+        "verified",
+    ] {
+        assert!(json.get(field).is_some(), "JSON lacks {field}");
+    }
+    // The pages were removed afterwards.
+    let _: &HiCache = &cache;
+    let raw = hicache::bench::raw_baseline(dir.path(), 64 << 10, 16, 4, true, 1).unwrap();
+    assert!(raw.verified && raw.write_gbps > 0.0);
+}

@@ -1,0 +1,356 @@
+//! `cargo xtask bench`: hicache against the raw O_DIRECT loop and NIXL's POSIX plugin, in one
+//! run, interleaved and repeated (this machine's disk is noisy), medians and ratios.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::{cargo, root};
+
+struct Options {
+    quick: bool,
+    tiny: bool,
+    json: Option<PathBuf>,
+    repeats: usize,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        quick: false,
+        tiny: false,
+        json: None,
+        repeats: 0,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => o.quick = true,
+            "--tiny" => o.tiny = true,
+            "--json" => o.json = Some(PathBuf::from(it.next().ok_or("--json needs a file")?)),
+            "--repeats" => {
+                o.repeats = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or("--repeats needs a number")?
+            }
+            other => return Err(format!("unknown bench option `{other}`")),
+        }
+    }
+    if o.repeats == 0 {
+        o.repeats = if o.quick || o.tiny { 1 } else { 3 };
+    }
+    Ok(o)
+}
+
+/// A filesystem to run on.
+struct Fs {
+    name: &'static str,
+    dir: PathBuf,
+}
+
+fn filesystems() -> Vec<Fs> {
+    let mut v = vec![Fs {
+        name: "ext4",
+        dir: root().join("target").join("bench-data"),
+    }];
+    if Path::new("/dev/shm").is_dir() {
+        v.push(Fs {
+            name: "tmpfs",
+            dir: PathBuf::from("/dev/shm/hicache-bench"),
+        });
+    }
+    v
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// Creates the NIXL venv if needed; returns its python or why it cannot.
+fn nixl_python() -> Result<PathBuf, String> {
+    let venv = root().join("target").join("nixl-venv");
+    let python = venv.join("bin").join("python");
+    let ready = venv.join(".installed");
+    if ready.exists() {
+        return Ok(python);
+    }
+    println!("bench: creating the NIXL venv (pip install --no-deps nixl-cu12==1.5.1 numpy)");
+    let ok = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .map_err(|e| format!("python3 -m venv: {e}"))?
+        .success();
+    if !ok {
+        return Err("python3 -m venv failed (is python3-venv installed?)".into());
+    }
+    let out = Command::new(venv.join("bin").join("pip"))
+        .args(["install", "-q", "--no-deps", "nixl-cu12==1.5.1", "numpy"])
+        .output()
+        .map_err(|e| format!("pip: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "pip install failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        ));
+    }
+    std::fs::write(&ready, b"").map_err(|e| e.to_string())?;
+    Ok(python)
+}
+
+fn run_json(cmd: &mut Command) -> Result<Value, String> {
+    let out = cmd.output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "exit {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("bad JSON: {e}"))
+}
+
+/// NIXL's script prints per-iteration GB/s; the first write goes to fresh files.
+fn run_nixl(
+    python: &Path,
+    dir: &Path,
+    page_bytes: u64,
+    pages: u64,
+    batch: u64,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
+    let script = root()
+        .join("..")
+        .join("shared")
+        .join("baselines")
+        .join("nixl_posix_bench.py");
+    let out = Command::new(python)
+        .arg(&script)
+        .args([
+            "--pages",
+            &pages.to_string(),
+            "--page-size",
+            &page_bytes.to_string(),
+            "--batch",
+            &batch.to_string(),
+        ])
+        .args(["--iters", "3", "--modes", "uring", "--dir"])
+        .arg(dir.join("nixl"))
+        .env("NIXL_LOG_LEVEL", "WARN")
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "exit {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        ));
+    }
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("uring "))
+        .ok_or_else(|| format!("no result line in NIXL output: {text}"))?;
+    if !line.contains("OK") {
+        return Err(format!("NIXL verification failed: {line}"));
+    }
+    let nums: Vec<f64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    if nums.len() < 6 {
+        return Err(format!("cannot parse NIXL line: {line}"));
+    }
+    Ok((nums[0..3].to_vec(), nums[3..6].to_vec()))
+}
+
+pub(crate) fn bench(args: &[String]) -> Result<(), String> {
+    let o = parse(args)?;
+    let mut build = cargo();
+    build.args(["build", "--release", "-p", "hicache"]);
+    crate::step("cargo build --release -p hicache", build)?;
+    let hicache = root().join("target").join("release").join("hicache");
+    let nixl = match nixl_python() {
+        Ok(p) => Some(p),
+        Err(e) => {
+            println!("bench: NIXL baseline unavailable ({e}); continuing without it");
+            None
+        }
+    };
+    let sizes: &[(&str, u64)] = if o.tiny {
+        &[("64KiB", 64 << 10)]
+    } else if o.quick {
+        &[("64KiB", 64 << 10), ("1MiB", 1 << 20)]
+    } else {
+        &[("64KiB", 64 << 10), ("1MiB", 1 << 20), ("8MiB", 8 << 20)]
+    };
+    let total: u64 = if o.tiny {
+        8 << 20
+    } else if o.quick {
+        128 << 20
+    } else {
+        512 << 20
+    };
+    let batch = 32u64;
+    let mut cases = Vec::new();
+    for fs in filesystems() {
+        std::fs::create_dir_all(&fs.dir).map_err(|e| format!("{}: {e}", fs.dir.display()))?;
+        for (size_name, page_bytes) in sizes {
+            let pages = (total / page_bytes).max(16);
+            let name = format!("{}/{size_name}", fs.name);
+            println!(
+                "bench: {name}: {pages} pages, batch {batch}, {} repeat(s)",
+                o.repeats
+            );
+            let (mut hw, mut hr, mut rw, mut rr, mut nw, mut nr) =
+                (vec![], vec![], vec![], vec![], vec![], vec![]);
+            let mut nixl_error = None;
+            let mut verified = true;
+            for _ in 0..o.repeats {
+                let common = |c: &mut Command| {
+                    c.args([
+                        "bench",
+                        "--model",
+                        "custom",
+                        "--page-bytes",
+                        &page_bytes.to_string(),
+                    ])
+                    .args([
+                        "--pages",
+                        &pages.to_string(),
+                        "--batch",
+                        &batch.to_string(),
+                        "--rounds",
+                        "1",
+                    ])
+                    .arg("--dir")
+                    .arg(fs.dir.join("hicache"))
+                    .arg("--json");
+                };
+                let mut c = Command::new(&hicache);
+                common(&mut c);
+                c.args(["--threads", "1", "--ops", "write,read"]);
+                let h = run_json(&mut c).map_err(|e| format!("{name}: hicache bench: {e}"))?;
+                verified &= h["verified"].as_bool().unwrap_or(false);
+                hw.push(h["write_gbps"].as_f64().unwrap_or(f64::NAN));
+                hr.push(h["read_gbps"].as_f64().unwrap_or(f64::NAN));
+                let mut c = Command::new(&hicache);
+                common(&mut c);
+                c.args(["--baseline", "raw", "--threads", &batch.to_string()]);
+                let r = run_json(&mut c).map_err(|e| format!("{name}: raw baseline: {e}"))?;
+                rw.push(r["write_gbps"].as_f64().unwrap_or(f64::NAN));
+                rr.push(r["read_gbps"].as_f64().unwrap_or(f64::NAN));
+                if let Some(py) = &nixl {
+                    match run_nixl(py, &fs.dir, *page_bytes, pages, batch) {
+                        Ok((w, r)) => {
+                            nw.push(median(w));
+                            nr.push(median(r));
+                        }
+                        Err(e) => nixl_error = Some(e),
+                    }
+                }
+            }
+            let (h_w, h_r, r_w, r_r) = (
+                median(hw.clone()),
+                median(hr.clone()),
+                median(rw.clone()),
+                median(rr.clone()),
+            );
+            let (n_w, n_r) = (median(nw.clone()), median(nr.clone()));
+            let ratio = |a: f64, b: f64| {
+                if b.is_finite() && b > 0.0 {
+                    json!(a / b)
+                } else {
+                    Value::Null
+                }
+            };
+            let num = |x: f64| if x.is_finite() { json!(x) } else { Value::Null };
+            cases.push(json!({
+                "name": name,
+                "page_bytes": page_bytes,
+                "pages": pages,
+                "batch": batch,
+                "verified": verified,
+                "hicache_write_gbps": num(h_w),
+                "hicache_read_gbps": num(h_r),
+                "raw_write_gbps": num(r_w),
+                "raw_read_gbps": num(r_r),
+                "nixl_write_gbps": num(n_w),
+                "nixl_read_gbps": num(n_r),
+                "ratio_vs_raw": { "write": ratio(h_w, r_w), "read": ratio(h_r, r_r) },
+                "ratio_vs_nixl": { "write": ratio(h_w, n_w), "read": ratio(h_r, n_r) },
+                "samples": { "hicache_write": hw, "hicache_read": hr, "raw_write": rw, "raw_read": rr, "nixl_write": nw, "nixl_read": nr },
+                "nixl_error": nixl_error,
+            }));
+        }
+        let _ = std::fs::remove_dir_all(&fs.dir);
+    }
+    let report = json!({ "repeats": o.repeats, "quick": o.quick, "cases": cases });
+    let table = markdown(&report);
+    println!("{table}");
+    if let Some(path) = &o.json {
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
+        )
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(path.with_extension("md"), &table)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        println!(
+            "bench: wrote {} and {}",
+            path.display(),
+            path.with_extension("md").display()
+        );
+    }
+    if cases.iter().any(|c| c["verified"] != json!(true)) {
+        return Err("a hicache run did not verify its data".into());
+    }
+    Ok(())
+}
+
+fn markdown(report: &Value) -> String {
+    let f = |v: &Value| {
+        v.as_f64()
+            .map(|x| format!("{x:.2}"))
+            .unwrap_or_else(|| "–".into())
+    };
+    let mut s = String::from(
+        "| case | hicache write | raw write | NIXL write | hicache read | raw read | NIXL read | write vs raw | write vs NIXL | read vs raw | read vs NIXL |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for c in report["cases"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            c["name"].as_str().unwrap_or(""),
+            f(&c["hicache_write_gbps"]),
+            f(&c["raw_write_gbps"]),
+            f(&c["nixl_write_gbps"]),
+            f(&c["hicache_read_gbps"]),
+            f(&c["raw_read_gbps"]),
+            f(&c["nixl_read_gbps"]),
+            f(&c["ratio_vs_raw"]["write"]),
+            f(&c["ratio_vs_nixl"]["write"]),
+            f(&c["ratio_vs_raw"]["read"]),
+            f(&c["ratio_vs_nixl"]["read"]),
+        ));
+    }
+    s.push_str(&format!("\nGB/s = 1e9 B/s, medians of {} interleaved repeat(s); batch 32 pages (NIXL: 32 descriptors per request, 1 in flight; raw: 32 threads).\n", report["repeats"]));
+    s
+}
