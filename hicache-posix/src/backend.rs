@@ -106,9 +106,24 @@ impl PosixBackend {
             } else {
                 (false, None)
             };
+            let spares = if cfg.spare_bytes > 0 {
+                Some(
+                    crate::spare::SparePool::new(dir, cfg.spare_bytes).map_err(|e| {
+                        Error::io(
+                            NAME,
+                            "create spare dir",
+                            Some(dir.join(crate::spare::SPARE_DIR)),
+                            e,
+                        )
+                    })?,
+                )
+            } else {
+                None
+            };
             roots.push(Root {
                 path: dir.as_os_str().as_bytes().to_vec(),
                 direct,
+                spares,
             });
             root_info.push(RootInfo {
                 path: dir.clone(),
@@ -126,18 +141,13 @@ impl PosixBackend {
             .unwrap_or(1);
         let roots: Arc<[Root]> = roots.into();
         let engine = match cfg.engine {
-            EngineChoice::Threads => Engine::Threads(start_threads(cfg, &roots)?),
+            EngineChoice::Threads | EngineChoice::Auto => {
+                Engine::Threads(start_threads(cfg, &roots, &root_info)?)
+            }
             EngineChoice::Uring => Engine::Uring(
                 UringEngine::new(cfg.queue_depth, roots.clone())
                     .map_err(|e| Error::io(NAME, "io_uring setup", None, e))?,
             ),
-            EngineChoice::Auto => match UringEngine::new(cfg.queue_depth, roots.clone()) {
-                Ok(u) => Engine::Uring(u),
-                Err(e) => {
-                    tracing::info!(error = %e, "io_uring is unavailable; using the thread-pool engine");
-                    Engine::Threads(start_threads(cfg, &roots)?)
-                }
-            },
         };
         Ok(PosixBackend {
             regions: RegionTable::new(NAME),
@@ -266,8 +276,30 @@ fn collect<T>(plan: &Plan, pick: impl Fn(Outcome) -> Option<T>) -> Vec<Result<T>
         .collect()
 }
 
-fn start_threads(cfg: &PosixConfig, roots: &Arc<[Root]>) -> Result<ThreadEngine> {
-    ThreadEngine::new(cfg.threads, roots.clone())
+/// Memory filesystems are CPU-bound: one thread per CPU avoids context switches. Block
+/// filesystems need queue depth: 16 threads keep the device busy.
+fn default_threads(roots: &[RootInfo]) -> usize {
+    let memory = roots
+        .iter()
+        .all(|r| matches!(r.fs.fs_type.as_str(), "tmpfs" | "ramfs"));
+    if memory {
+        std::thread::available_parallelism().map_or(2, |n| n.get())
+    } else {
+        16
+    }
+}
+
+fn start_threads(
+    cfg: &PosixConfig,
+    roots: &Arc<[Root]>,
+    info: &[RootInfo],
+) -> Result<ThreadEngine> {
+    let threads = if cfg.threads == 0 {
+        default_threads(info)
+    } else {
+        cfg.threads
+    };
+    ThreadEngine::new(threads, roots.clone())
         .map_err(|e| Error::io(NAME, "spawn I/O threads", None, e))
 }
 

@@ -16,7 +16,7 @@ pub const PARAMS: &[ParamSpec] = &[
     ParamSpec::new(
         "threads",
         ParamKind::UInt,
-        "I/O threads of the thread-pool engine (default 8)",
+        "I/O threads of the thread-pool engine (default: 16 on block filesystems, one per CPU on tmpfs/ramfs)",
     ),
     ParamSpec::new(
         "queue_depth",
@@ -27,6 +27,11 @@ pub const PARAMS: &[ParamSpec] = &[
         "sync",
         ParamKind::Bool,
         "fdatasync each object before publishing it (durability across power loss; default false)",
+    ),
+    ParamSpec::new(
+        "spare_bytes",
+        ParamKind::UInt,
+        "bytes of replaced or removed object files kept per dir for reuse (default 2 GiB with enveloped pages; 0 turns recycling off; raw pages never recycle)",
     ),
     ParamSpec::new(
         "use_uring",
@@ -49,7 +54,7 @@ pub const PARAMS: &[ParamSpec] = &[
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineChoice {
-    /// io_uring when available, else threads.
+    /// The engine that measured faster here: the thread pool (see the crate docs).
     Auto,
     /// io_uring; an error when the kernel refuses it.
     Uring,
@@ -66,12 +71,14 @@ pub struct PosixConfig {
     pub direct_io: bool,
     /// Engine.
     pub engine: EngineChoice,
-    /// Thread-pool size.
+    /// Thread-pool size (0: chosen by filesystem).
     pub threads: usize,
     /// io_uring queue depth.
     pub queue_depth: u32,
     /// fdatasync before publish.
     pub sync: bool,
+    /// Bytes of spare files kept per dir for reuse (0: recycling off).
+    pub spare_bytes: u64,
 }
 
 impl PosixConfig {
@@ -102,8 +109,8 @@ impl PosixConfig {
                 engine = EngineChoice::Threads;
             }
         }
-        let threads = p.uint("threads").unwrap_or(8);
-        if threads == 0 || threads > 1024 {
+        let threads = p.uint("threads").unwrap_or(0);
+        if threads > 1024 || (threads == 0 && p.uint("threads").is_some()) {
             return Err(Error::invalid_config(
                 "threads",
                 source(ctx, "threads"),
@@ -125,6 +132,18 @@ impl PosixConfig {
             threads: threads as usize,
             queue_depth: queue_depth as u32,
             sync: p.bool("sync").unwrap_or(false),
+            spare_bytes: match (p.uint("spare_bytes"), ctx.config.page_format.value) {
+                (Some(n), hicache_core::PageFormat::Envelope) => n,
+                (Some(n), hicache_core::PageFormat::Raw) if n > 0 => {
+                    return Err(Error::invalid_config(
+                        "spare_bytes",
+                        source(ctx, "spare_bytes"),
+                        "recycling files needs enveloped pages (page_format = \"envelope\"): a raw page read while its file is reused could not be told from a torn one",
+                    ));
+                }
+                (_, hicache_core::PageFormat::Raw) => 0,
+                (None, hicache_core::PageFormat::Envelope) => 2 << 30,
+            },
         })
     }
 }

@@ -21,6 +21,8 @@ pub(crate) struct Root {
     pub(crate) path: Vec<u8>,
     /// Open with O_DIRECT.
     pub(crate) direct: bool,
+    /// Recycled object files (None: every write creates a file, every removal unlinks).
+    pub(crate) spares: Option<crate::spare::SparePool>,
 }
 
 /// What failed, for the error message.
@@ -75,6 +77,15 @@ impl PathBuf4k {
         p.push(&bucket)?;
         p.push(b"/")?;
         p.push(name)?;
+        Ok(p)
+    }
+
+    /// `spare_dir/<id in hex>`.
+    pub(crate) fn spare(dir: &[u8], id: u64) -> io::Result<Self> {
+        let mut p = Self::new();
+        p.push(dir)?;
+        p.push(b"/")?;
+        p.push(hex(id, &mut [0; 16]))?;
         Ok(p)
     }
 
@@ -185,8 +196,12 @@ fn advance(iov: &mut Vec<libc::iovec>, mut n: u64) {
     }
 }
 
-/// Writes an object atomically: a temporary file in the bucket dir, then `rename` over the
-/// final name. Readers see the old object, the new one, or none — never a partial one.
+/// Writes an object atomically.
+///
+/// The bytes go to a file no reader can find — a recycled spare of the right size when the
+/// root has one (overwritten in place), else a new temporary file — which is then published
+/// under the final name by `renameat2(RENAME_EXCHANGE)` (the replaced object becomes a spare)
+/// or `rename`. Readers see the old object, the new one, or none — never a partial one.
 pub(crate) fn write_object(
     root: &Root,
     bucket: [u8; 2],
@@ -194,36 +209,63 @@ pub(crate) fn write_object(
     iov: &[libc::iovec],
     sync: bool,
 ) -> Result<(), IoFailure> {
+    let total: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
+    let direct = if root.direct { libc::O_DIRECT } else { 0 };
     let fail = |op, p: &PathBuf4k, error| IoFailure {
         op,
         path: p.to_path(),
         error,
     };
-    let mut tmp = PathBuf4k::temp(&root.path, bucket).map_err(|e| IoFailure {
+    let path_failure = |e: io::Error| IoFailure {
         op: "build path",
         path: std::path::PathBuf::from(String::from_utf8_lossy(name).into_owned()),
         error: e,
-    })?;
-    let mut flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
-    if root.direct {
-        flags |= libc::O_DIRECT;
-    }
-    let fd = match open(tmp.as_cstr(), flags) {
-        Ok(fd) => fd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            // The bucket dir vanished (someone cleaned the root): recreate it once.
-            let mut dir = PathBuf4k::new();
-            let _ = dir
-                .push(&root.path)
-                .and_then(|_| dir.push(b"/"))
-                .and_then(|_| dir.push(&bucket));
-            // SAFETY: NUL-terminated path.
-            unsafe { libc::mkdir(dir.as_cstr().as_ptr(), 0o755) };
-            open(tmp.as_cstr(), flags).map_err(|e| fail("create", &tmp, e))?
-        }
-        Err(e) => return Err(fail("create", &tmp, e)),
     };
-    let total: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
+    // Where the bytes go first, and the spare id it has (None: a bucket temp file).
+    let (mut tmp, spare_id, fd) = match &root.spares {
+        Some(pool) => {
+            let recycled = pool.take(total).and_then(|id| {
+                let mut p = pool.path(id).ok()?;
+                match open(p.as_cstr(), libc::O_WRONLY | direct) {
+                    Ok(fd) => Some((p, id, fd)),
+                    Err(_) => None, // the spare vanished: create a new file instead
+                }
+            });
+            match recycled {
+                Some(r) => r,
+                None => {
+                    let id = pool.fresh();
+                    let mut p = pool.path(id).map_err(path_failure)?;
+                    let fd = open(
+                        p.as_cstr(),
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct,
+                    )
+                    .map_err(|e| fail("create", &p, e))?;
+                    (p, id, fd)
+                }
+            }
+        }
+        None => {
+            let mut p = PathBuf4k::temp(&root.path, bucket).map_err(path_failure)?;
+            let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct;
+            let fd = match open(p.as_cstr(), flags) {
+                Ok(fd) => fd,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // The bucket dir vanished (someone cleaned the root): recreate it once.
+                    let mut dir = PathBuf4k::new();
+                    let _ = dir
+                        .push(&root.path)
+                        .and_then(|_| dir.push(b"/"))
+                        .and_then(|_| dir.push(&bucket));
+                    // SAFETY: NUL-terminated path.
+                    unsafe { libc::mkdir(dir.as_cstr().as_ptr(), 0o755) };
+                    open(p.as_cstr(), flags).map_err(|e| fail("create", &p, e))?
+                }
+                Err(e) => return Err(fail("create", &p, e)),
+            };
+            (p, u64::MAX, fd)
+        }
+    };
     let outcome = (|| {
         let n = transfer_all(&fd, iov, true).map_err(|e| ("pwritev", e))?;
         if n != total {
@@ -243,30 +285,73 @@ pub(crate) fn write_object(
         Ok(())
     })();
     drop(fd);
-    let unlink_tmp = |tmp: &mut PathBuf4k| {
+    let discard = |tmp: &mut PathBuf4k| {
         // SAFETY: NUL-terminated path.
         unsafe { libc::unlink(tmp.as_cstr().as_ptr()) };
     };
     if let Err((op, e)) = outcome {
-        unlink_tmp(&mut tmp);
+        discard(&mut tmp);
         return Err(fail(op, &tmp, e));
     }
     let mut dst = match PathBuf4k::object(&root.path, bucket, name) {
         Ok(p) => p,
         Err(e) => {
-            unlink_tmp(&mut tmp);
+            discard(&mut tmp);
             return Err(fail("build path", &tmp, e));
         }
     };
+    if let Some(pool) = root
+        .spares
+        .as_ref()
+        .filter(|p| p.exchange.load(std::sync::atomic::Ordering::Relaxed))
+    {
+        // SAFETY: both paths are NUL-terminated and live across the call.
+        let rc = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                tmp.as_cstr().as_ptr(),
+                libc::AT_FDCWD,
+                dst.as_cstr().as_ptr(),
+                libc::RENAME_EXCHANGE,
+            )
+        };
+        if rc == 0 {
+            // The replaced object now has the spare's name: keep it for the next write.
+            match file_len(&mut tmp) {
+                Some(len) if pool.give(spare_id, len) => {}
+                _ => discard(&mut tmp),
+            }
+            return Ok(());
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENOENT) => {} // nothing to replace: a plain rename publishes it
+            Some(libc::EINVAL) | Some(libc::ENOSYS) => pool
+                .exchange
+                .store(false, std::sync::atomic::Ordering::Relaxed),
+            _ => {
+                let e = io::Error::last_os_error();
+                discard(&mut tmp);
+                return Err(fail("rename", &dst, e));
+            }
+        }
+    }
     let from = tmp.as_cstr().as_ptr();
     // SAFETY: both paths are NUL-terminated and live across the call.
     let rc = unsafe { libc::rename(from, dst.as_cstr().as_ptr()) };
     if rc != 0 {
         let e = io::Error::last_os_error();
-        unlink_tmp(&mut tmp);
+        discard(&mut tmp);
         return Err(fail("rename", &dst, e));
     }
     Ok(())
+}
+
+fn file_len(path: &mut PathBuf4k) -> Option<u64> {
+    // SAFETY: NUL-terminated path; stat writes into a zeroed struct we own.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::stat(path.as_cstr().as_ptr(), &mut st) == 0).then_some(st.st_size as u64)
+    }
 }
 
 /// Reads an object whose length must be exactly the iovecs' total.
@@ -290,6 +375,8 @@ pub(crate) fn read_object(
     if root.direct {
         flags |= libc::O_DIRECT;
     }
+    // Spares are not reused while a read that may hold one of their inodes is in flight.
+    let _reading = root.spares.as_ref().map(|p| ReadGuard::new(&p.reads));
     let fd = match open(path.as_cstr(), flags) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -322,6 +409,22 @@ pub(crate) fn read_object(
     Ok(ReadOutcome::Hit)
 }
 
+/// Marks a read in flight for the spare pool's reuse rule.
+struct ReadGuard<'a>(&'a crate::spare::ReadTracker);
+
+impl<'a> ReadGuard<'a> {
+    fn new(t: &'a crate::spare::ReadTracker) -> Self {
+        t.enter();
+        ReadGuard(t)
+    }
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        self.0.exit();
+    }
+}
+
 /// Whether a complete object exists (a regular file under its final name).
 pub(crate) fn object_exists(root: &Root, bucket: [u8; 2], name: &[u8]) -> Result<bool, IoFailure> {
     let mut path = PathBuf4k::object(&root.path, bucket, name).map_err(|e| IoFailure {
@@ -351,13 +454,30 @@ pub(crate) fn object_exists(root: &Root, bucket: [u8; 2], name: &[u8]) -> Result
     }
 }
 
-/// Removes an object; a missing one is fine.
+/// Removes an object (into the spare pool when it has room); a missing one is fine.
 pub(crate) fn remove_object(root: &Root, bucket: [u8; 2], name: &[u8]) -> Result<(), IoFailure> {
     let mut path = PathBuf4k::object(&root.path, bucket, name).map_err(|e| IoFailure {
         op: "build path",
         path: std::path::PathBuf::from(String::from_utf8_lossy(name).into_owned()),
         error: e,
     })?;
+    if let Some(pool) = &root.spares
+        && let Some(len) = file_len(&mut path)
+    {
+        let id = pool.fresh();
+        if let Ok(mut spare) = pool.path(id) {
+            // SAFETY: both paths are NUL-terminated and live across the call.
+            let moved =
+                unsafe { libc::rename(path.as_cstr().as_ptr(), spare.as_cstr().as_ptr()) } == 0;
+            if moved {
+                if !pool.give(id, len) {
+                    // SAFETY: NUL-terminated path.
+                    unsafe { libc::unlink(spare.as_cstr().as_ptr()) };
+                }
+                return Ok(());
+            }
+        }
+    }
     // SAFETY: NUL-terminated path.
     if unsafe { libc::unlink(path.as_cstr().as_ptr()) } == 0 {
         return Ok(());
@@ -383,6 +503,7 @@ mod tests {
         Root {
             path: dir.as_os_str().as_bytes().to_vec(),
             direct,
+            spares: None,
         }
     }
 
@@ -443,6 +564,7 @@ mod tests {
         let r = Root {
             path: b"/definitely/not/here".to_vec(),
             direct: false,
+            spares: None,
         };
         let mut a = vec![3u8; 10];
         let e = write_object(&r, *b"ab", b"obj", &[iov(&mut a)], false).unwrap_err();
@@ -454,6 +576,63 @@ mod tests {
         );
         let long = vec![b'x'; PATH_CAP];
         assert!(read_object(&r, *b"ab", &long, &[iov(&mut a)]).is_err());
+    }
+
+    #[test]
+    fn replaced_and_removed_objects_are_recycled() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("ab")).unwrap();
+        let r = Root {
+            path: dir.path().as_os_str().as_bytes().to_vec(),
+            direct: false,
+            spares: Some(crate::spare::SparePool::new(dir.path(), 200).unwrap()),
+        };
+        let pool = r.spares.as_ref().unwrap();
+        let mut a = vec![1u8; 100];
+        let mut b = vec![2u8; 100];
+        write_object(&r, *b"ab", b"k", &[iov(&mut a)], false).unwrap();
+        assert_eq!(pool.len(), 0);
+        // Replacing k keeps the old file as a spare; the new content is published.
+        write_object(&r, *b"ab", b"k", &[iov(&mut b)], false).unwrap();
+        assert_eq!(pool.len(), 1);
+        assert_eq!(
+            std::fs::read(dir.path().join("ab/k")).unwrap(),
+            vec![2u8; 100]
+        );
+        // Once no read is in flight, the next 100-byte object reuses that spare in place.
+        let mut probe = vec![0u8; 100];
+        assert_eq!(
+            read_object(&r, *b"ab", b"k", &[iov(&mut probe)]).unwrap(),
+            ReadOutcome::Hit
+        );
+        let mut c = vec![3u8; 100];
+        write_object(&r, *b"ab", b"other", &[iov(&mut c)], false).unwrap();
+        assert_eq!(pool.len(), 0);
+        assert_eq!(
+            std::fs::read(dir.path().join("ab/other")).unwrap(),
+            vec![3u8; 100]
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("ab/k")).unwrap(),
+            vec![2u8; 100]
+        );
+        // A spare of another size is not used.
+        remove_object(&r, *b"ab", b"other").unwrap();
+        assert_eq!(pool.len(), 1);
+        let mut d = vec![4u8; 50];
+        write_object(&r, *b"ab", b"small", &[iov(&mut d)], false).unwrap();
+        assert_eq!(pool.len(), 1);
+        assert_eq!(
+            std::fs::read(dir.path().join("ab/small")).unwrap(),
+            vec![4u8; 50]
+        );
+        // The cap (200 bytes) holds: a spare that would exceed it is unlinked, not pooled.
+        remove_object(&r, *b"ab", b"k").unwrap();
+        remove_object(&r, *b"ab", b"small").unwrap();
+        assert_eq!(pool.len(), 2);
+        assert!(!dir.path().join("ab/k").exists());
+        assert_eq!(std::fs::read_dir(dir.path().join("ab")).unwrap().count(), 0);
     }
 
     #[test]

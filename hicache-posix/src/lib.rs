@@ -7,6 +7,7 @@ mod fsinfo;
 mod io;
 mod plan;
 mod probe;
+mod spare;
 mod threads;
 mod uring;
 

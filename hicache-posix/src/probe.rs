@@ -142,12 +142,11 @@ pub(crate) fn probe(ctx: &PluginContext<'_>) -> Verdict {
                 "use engine = \"threads\" or \"auto\", or allow io_uring (sysctl kernel.io_uring_disabled=0, seccomp)",
             );
         }
-        (EngineChoice::Threads, _) => format!("engine threads ({})", cfg.threads),
-        (_, Ok(_)) => format!("engine io_uring (queue depth {})", cfg.queue_depth),
-        (EngineChoice::Auto, Err(e)) => format!(
-            "engine threads ({}; io_uring unavailable: {e})",
-            cfg.threads
-        ),
+        (EngineChoice::Uring, Ok(_)) => {
+            format!("engine io_uring (queue depth {})", cfg.queue_depth)
+        }
+        (_, Ok(_)) => "engine threads (io_uring available)".to_string(),
+        (_, Err(e)) => format!("engine threads (io_uring unavailable: {e})"),
     };
     drop(uring);
     let mut details = Vec::new();

@@ -19,6 +19,7 @@ fn posix(
             threads: 4,
             queue_depth: 128,
             sync: false,
+            spare_bytes: 1 << 30,
         };
         Ok(Arc::new(PosixBackend::new(&cfg)?) as DynBackend)
     }

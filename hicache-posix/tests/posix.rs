@@ -44,6 +44,7 @@ fn backend_with(dir: &Path, direct: bool, engine: EngineChoice) -> PosixBackend 
         threads: 4,
         queue_depth: 256,
         sync: false,
+        spare_bytes: 1 << 30,
     };
     PosixBackend::new(&cfg).unwrap()
 }
@@ -156,9 +157,18 @@ async fn round_trips_on_each_filesystem_with_and_without_direct_io() {
                 for (i, d) in data.iter().enumerate() {
                     assert_eq!(&page(&pool, 8 + i as u64), d, "{ctx}: page {i}");
                 }
-                // Every bucket dir exists under both roots, and objects landed in buckets.
+                // Every bucket dir exists under both roots (besides the hidden spare dir).
                 for root in ["a", "b"] {
-                    let buckets = std::fs::read_dir(dir.path().join(root)).unwrap().count();
+                    let buckets = std::fs::read_dir(dir.path().join(root))
+                        .unwrap()
+                        .filter(|e| {
+                            !e.as_ref()
+                                .unwrap()
+                                .file_name()
+                                .to_string_lossy()
+                                .starts_with('.')
+                        })
+                        .count();
                     assert_eq!(buckets, 256, "{ctx}");
                 }
             }
@@ -232,12 +242,8 @@ async fn unaligned_slices_rejected(engine: EngineChoice) {
         .await;
     assert!(matches!(r[0], Err(Error::UnregisteredRegion { .. })));
     assert!(!b.object_path(&key).exists());
-    // Nothing reached the disk: only the empty bucket dirs are there.
-    let files: usize = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|d| std::fs::read_dir(d.unwrap().path()).unwrap().count())
-        .sum();
-    assert_eq!(files, 0);
+    // Nothing reached the disk: no file anywhere under the root.
+    assert!(walk(dir.path()).is_empty(), "{:?}", walk(dir.path()));
     // A good item next to a bad one still succeeds.
     let good = [Slice::new(region, 0, 4096)];
     let bad = [Slice::new(region, 1, 4096)];
@@ -458,10 +464,13 @@ fn killed_writer_child_process() {
             for (p, bytes) in versions[round % 2].iter().enumerate() {
                 pool::scatter_page(pool.as_ref(), p as u64, bytes).unwrap();
             }
+            let marker = Path::new(&dir).join("in-batch");
+            std::fs::write(&marker, b"1").unwrap();
             cache
                 .batch_set(&ks, HostSlots::Pages(&pages))
                 .await
                 .unwrap();
+            std::fs::remove_file(&marker).unwrap();
             if round == 0 {
                 std::fs::write(Path::new(&dir).join("started"), b"1").unwrap();
             }
@@ -508,6 +517,13 @@ async fn a_writer_killed_mid_way_never_leaves_a_readable_torn_page() {
         child.wait().unwrap();
         std::fs::remove_file(&started).unwrap();
 
+        // The child marks each batch_set; a marker left behind proves the kill landed while
+        // pages were being written.
+        let marker = dir.path().join("in-batch");
+        if marker.exists() {
+            killed_mid_write += 1;
+            std::fs::remove_file(&marker).unwrap();
+        }
         let cache = connector(&[dir.path().to_path_buf()], true, "m");
         let pool = Arc::new(MmapPool::new(killed_writer_geometry()).unwrap());
         cache.register_pool(pool.clone()).unwrap();
@@ -541,17 +557,6 @@ async fn a_writer_killed_mid_way_never_leaves_a_readable_torn_page() {
             hits > 0,
             "the first batch completed before the kill, so its pages exist"
         );
-        // A temporary file left behind proves the kill interrupted a write.
-        let temps: Vec<PathBuf> = walk(dir.path())
-            .into_iter()
-            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".t"))
-            .collect();
-        if !temps.is_empty() {
-            killed_mid_write += 1;
-        }
-        for t in temps {
-            std::fs::remove_file(t).unwrap();
-        }
     }
     assert!(
         killed_mid_write > 0,

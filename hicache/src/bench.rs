@@ -415,11 +415,11 @@ fn page_pattern(len: u64, p: u64) -> Vec<u8> {
     out
 }
 
-/// The raw baseline: `qd` threads writing each page with `open(O_CREAT) + pwrite + close` to a
-/// fresh file (hicache publishes every object as a new file, so fresh files are the fair
-/// comparison), then reading every page with `pread` from files opened before the clock
-/// starts; O_DIRECT unless `direct` is false. No naming, no publish, no checksums: the disk's
-/// limit for this page size and queue depth.
+/// The raw baseline, the disk's limit for this page size and queue depth: one file per page,
+/// all opened (created empty) before the clock starts, then per round `qd` threads `pwrite`
+/// every page and `pread` it back (O_DIRECT unless `direct` is false). The first round
+/// allocates, later rounds overwrite in place — as NIXL's benchmark does. No naming, no
+/// publish, no checksums.
 pub fn raw_baseline(
     dir: &Path,
     page_bytes: u64,
@@ -431,18 +431,31 @@ pub fn raw_baseline(
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     let dir: PathBuf = dir.join(format!("raw-{}", std::process::id()));
-    let flags = if direct { libc::O_DIRECT } else { 0 };
-    let page_path = |round: usize, i: usize| dir.join(format!("r{round}-page{i:06}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io("RAW", "create dir", Some(dir.clone()), e))?;
+    let files: Vec<std::fs::File> = (0..pages)
+        .map(|i| {
+            let p = dir.join(format!("page{i:06}"));
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+                .open(&p)
+                .map_err(|e| Error::io("RAW", "open", Some(p), e))
+        })
+        .collect::<Result<_>>()?;
     let src = hicache_core::AlignedBuf::zeroed((pages * page_bytes) as usize, 4096)?;
     let dst = hicache_core::AlignedBuf::zeroed((pages * page_bytes) as usize, 4096)?;
     for p in 0..pages {
         src.copy_from((p * page_bytes) as usize, &page_pattern(page_bytes, p))?;
     }
-    let timed = |threads: usize, work: &(dyn Fn(usize) -> bool + Sync)| -> PhaseStats {
+    let timed = |write: bool| -> PhaseStats {
         let next = AtomicUsize::new(0);
         let started = Instant::now();
         let errors = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads.max(1))
+            let handles: Vec<_> = (0..qd.max(1))
                 .map(|_| {
                     s.spawn(|| {
                         let mut errors = 0u64;
@@ -451,7 +464,28 @@ pub fn raw_baseline(
                             if i >= pages as usize {
                                 return errors;
                             }
-                            if !work(i) {
+                            let off = i * page_bytes as usize;
+                            let fd = files[i].as_raw_fd();
+                            // SAFETY: each page range of src/dst is touched by one thread only,
+                            // and both buffers outlive the scope.
+                            let n = unsafe {
+                                if write {
+                                    libc::pwrite(
+                                        fd,
+                                        src.as_ptr().add(off).cast(),
+                                        page_bytes as usize,
+                                        0,
+                                    )
+                                } else {
+                                    libc::pread(
+                                        fd,
+                                        dst.as_ptr().add(off).cast(),
+                                        page_bytes as usize,
+                                        0,
+                                    )
+                                }
+                            };
+                            if n != page_bytes as isize {
                                 errors += 1;
                             }
                         }
@@ -467,55 +501,11 @@ pub fn raw_baseline(
     };
     let mut write_rounds = Vec::new();
     let mut read_rounds = Vec::new();
-    for round in 0..rounds.max(1) {
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::io("RAW", "create dir", Some(dir.clone()), e))?;
-        write_rounds.push(timed(qd, &|i| {
-            let Ok(f) = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .custom_flags(flags)
-                .open(page_path(round, i))
-            else {
-                return false;
-            };
-            let off = i * page_bytes as usize;
-            // SAFETY: each page range of src is read by one thread only; src outlives the scope.
-            let n = unsafe {
-                libc::pwrite(
-                    f.as_raw_fd(),
-                    src.as_ptr().add(off).cast(),
-                    page_bytes as usize,
-                    0,
-                )
-            };
-            n == page_bytes as isize
-        }));
-        let files: Vec<std::fs::File> = (0..pages as usize)
-            .map(|i| {
-                let p = page_path(round, i);
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(flags)
-                    .open(&p)
-                    .map_err(|e| Error::io("RAW", "open", Some(p), e))
-            })
-            .collect::<Result<_>>()?;
-        read_rounds.push(timed(qd, &|i| {
-            let off = i * page_bytes as usize;
-            // SAFETY: each page range of dst is written by one thread only; dst outlives the scope.
-            let n = unsafe {
-                libc::pread(
-                    files[i].as_raw_fd(),
-                    dst.as_ptr().add(off).cast(),
-                    page_bytes as usize,
-                    0,
-                )
-            };
-            n == page_bytes as isize
-        }));
+    for _ in 0..rounds.max(1) {
+        write_rounds.push(timed(true));
+        read_rounds.push(timed(false));
     }
+    drop(files);
     let mut a = vec![0u8; page_bytes as usize];
     let mut b = vec![0u8; page_bytes as usize];
     let mut verified = true;

@@ -252,6 +252,7 @@ fn store_pages(dir: &Path, n: u64) -> (Vec<PathBuf>, String) {
         threads: 1,
         queue_depth: 64,
         sync: false,
+        spare_bytes: 1 << 30,
     })
     .unwrap();
     let paths = keys
