@@ -577,82 +577,49 @@ impl HiCache {
         keys: &[PageKey],
         pages: &[u64],
     ) -> Vec<Result<SetOutcome>> {
-        let lease = match &st.write_staging {
-            Some(s) => match s.lease().await {
-                Ok(l) => Some(l),
-                Err(e) => return fail_all(keys.len(), &e),
-            },
-            None => None,
+        let lease = match lease(&st.write_staging).await {
+            Ok(l) => l,
+            Err(e) => return fail_all(keys.len(), &e),
         };
         let chunk = lease.as_ref().map(|l| l.chunk());
         let slot_len = st.write_staging.as_ref().map_or(0, StagingPool::slot_len);
-        let nparts = st.parts.len();
-        let mut page_results: Vec<Result<SetOutcome>> =
-            (0..keys.len()).map(|_| Ok(SetOutcome::Written)).collect();
-        let mut object_keys: Vec<ObjectKey> = Vec::with_capacity(keys.len() * nparts);
-        let mut owners: Vec<usize> = Vec::with_capacity(keys.len() * nparts);
-        let mut segments: Vec<Slice> = Vec::new();
-        let mut ranges: Vec<Range<usize>> = Vec::with_capacity(keys.len() * nparts);
-        for (i, (key, &page)) in keys.iter().zip(pages).enumerate() {
-            for part in &st.parts {
-                let object = match st.object_key(key, part) {
-                    Ok(k) => k,
-                    Err(e) => {
-                        page_results[i] = Err(e);
-                        break;
-                    }
-                };
-                let slot = object_keys.len() as u64;
-                let start = segments.len();
-                if let Err(e) =
-                    st.stage_write(chunk, slot * slot_len, page, part, &object, &mut segments)
-                {
-                    segments.truncate(start);
-                    page_results[i] = Err(e);
-                    break;
-                }
-                ranges.push(start..segments.len());
-                object_keys.push(object);
-                owners.push(i);
-            }
-        }
-        let items: Vec<WriteItem<'_>> = object_keys
+        let mut plan = st.plan_chunk(keys, pages, slot_len, |off, page, part, object, segs| {
+            st.stage_write(chunk, off, page, part, object, segs)
+        });
+        let live = plan.live();
+        let items: Vec<WriteItem<'_>> = live
             .iter()
-            .zip(&ranges)
-            .zip(&owners)
-            .filter(|(_, owner)| page_results[**owner].is_ok())
-            .map(|((key, range), _)| WriteItem {
-                key,
-                segments: &segments[range.clone()],
+            .map(|&j| WriteItem {
+                key: &plan.objects[j],
+                segments: plan.segments_of(j),
             })
             .collect();
-        let item_owners: Vec<usize> = owners
-            .iter()
-            .copied()
-            .filter(|o| page_results[*o].is_ok())
-            .collect();
         let outcomes = st.backend.write(&items).await;
-        for (owner, outcome) in item_owners.iter().zip(outcomes) {
+        for (&j, outcome) in live.iter().zip(outcomes) {
+            let page = plan.owners[j].0;
             if let Err(e) = outcome
-                && page_results[*owner].is_ok()
+                && plan.failed[page].is_none()
             {
-                page_results[*owner] = Err(e);
+                plan.failed[page] = Some(e);
             }
         }
-        for r in &page_results {
-            match r {
-                Ok(_) => {
+        let page_bytes = st.geometry.page_bytes();
+        plan.failed
+            .into_iter()
+            .map(|failed| match failed {
+                None => {
                     self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
                     self.counters
                         .bytes_written
-                        .fetch_add(st.geometry.page_bytes(), Ordering::Relaxed);
+                        .fetch_add(page_bytes, Ordering::Relaxed);
+                    Ok(SetOutcome::Written)
                 }
-                Err(_) => {
+                Some(e) => {
                     self.counters.page_errors.fetch_add(1, Ordering::Relaxed);
+                    Err(e)
                 }
-            }
-        }
-        page_results
+            })
+            .collect()
     }
 
     /// Reads pages into host slots. One result per key: `Hit`, `Miss(reason)`, or an error.
@@ -684,50 +651,27 @@ impl HiCache {
         keys: &[PageKey],
         pages: &[u64],
     ) -> Vec<Result<ReadOutcome>> {
-        let lease = match &st.read_staging {
-            Some(s) => match s.lease().await {
-                Ok(l) => Some(l),
-                Err(e) => return fail_all(keys.len(), &e),
-            },
-            None => None,
+        let lease = match lease(&st.read_staging).await {
+            Ok(l) => l,
+            Err(e) => return fail_all(keys.len(), &e),
         };
         let chunk = lease.as_ref().map(|l| l.chunk());
         let slot_len = st.read_staging.as_ref().map_or(0, StagingPool::slot_len);
-        let nparts = st.parts.len();
-        let mut page_results: Vec<Result<ReadOutcome>> =
-            (0..keys.len()).map(|_| Ok(ReadOutcome::Hit)).collect();
-        let mut object_keys: Vec<ObjectKey> = Vec::with_capacity(keys.len() * nparts);
-        let mut owners: Vec<(usize, usize)> = Vec::with_capacity(keys.len() * nparts);
-        let mut segments: Vec<Slice> = Vec::new();
-        let mut ranges: Vec<Range<usize>> = Vec::with_capacity(keys.len() * nparts);
-        // Staging slot of each page's first object (bounce pages have exactly one).
-        let mut first_slot: Vec<u64> = vec![0; keys.len()];
-        for (i, (key, &page)) in keys.iter().zip(pages).enumerate() {
-            first_slot[i] = object_keys.len() as u64 * slot_len;
-            for (p, part) in st.parts.iter().enumerate() {
-                let object = match st.object_key(key, part) {
-                    Ok(k) => k,
-                    Err(e) => {
-                        page_results[i] = Err(e);
-                        break;
-                    }
-                };
-                let slot = object_keys.len() as u64;
-                let start = segments.len();
-                st.stage_read(chunk, slot * slot_len, page, part, &mut segments);
-                ranges.push(start..segments.len());
-                object_keys.push(object);
-                owners.push((i, p));
-            }
-        }
-        let live: Vec<usize> = (0..object_keys.len())
-            .filter(|j| page_results[owners[*j].0].is_ok())
+        let mut plan = st.plan_chunk(keys, pages, slot_len, |off, page, part, _, segs| {
+            st.stage_read(chunk, off, page, part, segs);
+            Ok(())
+        });
+        let live = plan.live();
+        let mut page_results: Vec<Result<ReadOutcome>> = std::mem::take(&mut plan.failed)
+            .into_iter()
+            .map(|f| f.map_or(Ok(ReadOutcome::Hit), Err))
             .collect();
+        let (object_keys, owners, first_slot) = (&plan.objects, &plan.owners, &plan.first_slot);
         let items: Vec<ReadItem<'_>> = live
             .iter()
             .map(|&j| ReadItem {
                 key: &object_keys[j],
-                segments: &segments[ranges[j].clone()],
+                segments: plan.segments_of(j),
             })
             .collect();
         let outcomes = st.backend.read(&items).await;
@@ -876,6 +820,55 @@ impl HiCache {
 }
 
 impl PoolState {
+    /// Names every object of `keys` and lets `stage` prepare its segments at its staging
+    /// offset. A page whose name or staging fails is marked failed and contributes no object.
+    fn plan_chunk(
+        &self,
+        keys: &[PageKey],
+        pages: &[u64],
+        slot_len: u64,
+        mut stage: impl FnMut(u64, u64, &Part, &ObjectKey, &mut Vec<Slice>) -> Result<()>,
+    ) -> ChunkPlan {
+        let n = keys.len() * self.parts.len();
+        let mut plan = ChunkPlan {
+            objects: Vec::with_capacity(n),
+            owners: Vec::with_capacity(n),
+            segments: Vec::with_capacity(n * 3),
+            ranges: Vec::with_capacity(n),
+            failed: (0..keys.len()).map(|_| None).collect(),
+            first_slot: vec![0; keys.len()],
+        };
+        for (i, (key, &page)) in keys.iter().zip(pages).enumerate() {
+            plan.first_slot[i] = plan.objects.len() as u64 * slot_len;
+            let first_object = plan.objects.len();
+            for (p, part) in self.parts.iter().enumerate() {
+                let start = plan.segments.len();
+                let staged = self.object_key(key, part).and_then(|object| {
+                    let offset = plan.objects.len() as u64 * slot_len;
+                    stage(offset, page, part, &object, &mut plan.segments).map(|()| object)
+                });
+                match staged {
+                    Ok(object) => {
+                        plan.ranges.push(start..plan.segments.len());
+                        plan.objects.push(object);
+                        plan.owners.push((i, p));
+                    }
+                    Err(e) => {
+                        // Drop the page's objects staged so far; they are not transferred.
+                        plan.segments
+                            .truncate(plan.ranges.get(first_object).map_or(start, |r| r.start));
+                        plan.ranges.truncate(first_object);
+                        plan.objects.truncate(first_object);
+                        plan.owners.truncate(first_object);
+                        plan.failed[i] = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        plan
+    }
+
     fn object_key(&self, key: &PageKey, part: &Part) -> Result<ObjectKey> {
         match part.kv {
             None => self.namer.page_object(key),
@@ -1067,6 +1060,40 @@ impl PoolState {
             return Err(MissReason::ChecksumMismatch);
         }
         Ok(())
+    }
+}
+
+/// The objects of one chunk of pages: names, segments, and which page each belongs to.
+struct ChunkPlan {
+    objects: Vec<ObjectKey>,
+    /// (page index in the chunk, part index) of each object.
+    owners: Vec<(usize, usize)>,
+    segments: Vec<Slice>,
+    ranges: Vec<Range<usize>>,
+    /// Per page: why it cannot be transferred (bad name, staging failed).
+    failed: Vec<Option<Error>>,
+    /// Staging offset of each page's first object (bounce pages have exactly one).
+    first_slot: Vec<u64>,
+}
+
+impl ChunkPlan {
+    /// Objects whose page has not failed.
+    fn live(&self) -> Vec<usize> {
+        (0..self.objects.len())
+            .filter(|j| self.failed[self.owners[*j].0].is_none())
+            .collect()
+    }
+
+    fn segments_of(&self, object: usize) -> &[Slice] {
+        &self.segments[self.ranges[object].clone()]
+    }
+}
+
+/// Leases a staging chunk when the pool stages anything.
+async fn lease(staging: &Option<StagingPool>) -> Result<Option<crate::staging::Lease<'_>>> {
+    match staging {
+        Some(s) => s.lease().await.map(Some),
+        None => Ok(None),
     }
 }
 

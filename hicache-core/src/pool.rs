@@ -411,23 +411,8 @@ pub unsafe fn gather_page_raw(
     dst: *mut u8,
     len: usize,
 ) -> Result<()> {
-    let region = checked_memory(pool)?;
-    let g = pool.geometry();
-    check_flat_len(g, len)?;
-    let mut at = 0usize;
-    for span in g.page_spans(page)? {
-        // SAFETY: span lies inside the pool (page < pages, region.len() >= pool_bytes()), the
-        // destination has page_bytes() bytes (checked) and the caller guarantees no overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (region.addr() + span.offset as usize) as *const u8,
-                dst.add(at),
-                span.len as usize,
-            );
-        }
-        at += span.len as usize;
-    }
-    Ok(())
+    // SAFETY: forwarded from the caller.
+    unsafe { copy_page(pool, page, dst, len, Direction::OutOfPool) }
 }
 
 /// [`scatter_page`] from raw memory (bounce slots).
@@ -440,18 +425,42 @@ pub unsafe fn scatter_page_raw(
     src: *const u8,
     len: usize,
 ) -> Result<()> {
+    // SAFETY: forwarded from the caller; the flat buffer is only read in this direction.
+    unsafe { copy_page(pool, page, src.cast_mut(), len, Direction::IntoPool) }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    OutOfPool,
+    IntoPool,
+}
+
+/// Copies between page `page`'s spans and a flat buffer, in flat-page order.
+///
+/// # Safety
+/// `flat..flat+len` must be valid for the access `direction` implies and must not overlap the
+/// pool.
+unsafe fn copy_page(
+    pool: &dyn HostPool,
+    page: u64,
+    flat: *mut u8,
+    len: usize,
+    direction: Direction,
+) -> Result<()> {
     let region = checked_memory(pool)?;
     let g = pool.geometry();
     check_flat_len(g, len)?;
     let mut at = 0usize;
     for span in g.page_spans(page)? {
-        // SAFETY: as in gather_page_raw, with source and destination swapped.
+        let in_pool = (region.addr() + span.offset as usize) as *mut u8;
+        // SAFETY: span lies inside the pool (page < pages, region.len() >= pool_bytes()), the
+        // flat buffer has page_bytes() bytes (checked) and the caller guarantees no overlap.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                src.add(at),
-                (region.addr() + span.offset as usize) as *mut u8,
-                span.len as usize,
-            );
+            let (from, to) = match direction {
+                Direction::OutOfPool => (in_pool.cast_const(), flat.add(at)),
+                Direction::IntoPool => (flat.add(at).cast_const(), in_pool),
+            };
+            std::ptr::copy_nonoverlapping(from, to, span.len as usize);
         }
         at += span.len as usize;
     }

@@ -11,9 +11,9 @@
 //!
 //! Safety: spares live outside the bucket dirs, so no reader finds them by name. A reader that
 //! opened an object just before it was replaced could still be reading its inode; a spare is
-//! therefore reused only after this process had a moment with no read in flight on the root
-//! (a quiescent point, counted by [`ReadTracker`]), so no reader of this process can still hold
-//! it. A reader in *another* process sharing the dir is not tracked: there the connector's
+//! therefore reused only once no read of this process that was in flight when it was pooled
+//! can still run: at once if none was, else after a moment with no read in flight on the root
+//! (a quiescent point, counted by [`ReadTracker`]). A reader in *another* process sharing the dir is not tracked: there the connector's
 //! envelope checksum turns such a read into a miss, which is why recycling is only enabled for
 //! enveloped pages (raw SGLang pages are never recycled). Each process has its own spare
 //! dir (`<root>/.hicache-spare/<pid>-<nonce>`); dirs of processes that no longer run are
@@ -59,14 +59,24 @@ impl ReadTracker {
     pub(crate) fn generation(&self) -> u64 {
         self.state.load(Ordering::Acquire) >> 32
     }
+
+    /// The generation a spare pooled now must wait past: none when no read is in flight
+    /// (every read that could hold the replaced inode has finished), else the current one.
+    fn reusable_after(&self) -> Option<u64> {
+        let s = self.state.load(Ordering::Acquire);
+        (s & 0xffff_ffff != 0).then_some(s >> 32)
+    }
 }
+
+/// A pooled spare: its id and the read generation it waits past (None: reusable now).
+type Spare = (u64, Option<u64>);
 
 #[derive(Debug)]
 pub(crate) struct SparePool {
     dir: PathBuf,
     dir_bytes: Vec<u8>,
-    /// Per size, spares as (id, generation when pooled), oldest first.
-    by_len: Mutex<HashMap<u64, VecDeque<(u64, u64)>>>,
+    /// Per size, spares oldest first.
+    by_len: Mutex<HashMap<u64, VecDeque<Spare>>>,
     /// Bytes held in spares.
     bytes: AtomicU64,
     /// Reads in flight on this root.
@@ -121,7 +131,7 @@ impl SparePool {
         let mut map = self.by_len.lock().unwrap_or_else(|e| e.into_inner());
         let queue = map.get_mut(&len)?;
         match queue.front() {
-            Some(&(id, pooled_at)) if pooled_at < now => {
+            Some(&(id, wait)) if wait.is_none_or(|g| g < now) => {
                 queue.pop_front();
                 self.count.fetch_sub(1, Ordering::Relaxed);
                 self.bytes.fetch_sub(len, Ordering::Relaxed);
@@ -139,13 +149,13 @@ impl SparePool {
             return false;
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        let pooled_at = self.reads.generation();
+        let wait = self.reads.reusable_after();
         self.by_len
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .entry(len)
             .or_default()
-            .push_back((id, pooled_at));
+            .push_back((id, wait));
         true
     }
 
@@ -218,5 +228,8 @@ mod tests {
         pool.reads.exit();
         assert_eq!(pool.take(100), Some(1));
         assert_eq!(pool.take(100), None);
+        // Pooled while no read is in flight: reusable at once.
+        assert!(pool.give(2, 100));
+        assert_eq!(pool.take(100), Some(2));
     }
 }
