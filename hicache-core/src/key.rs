@@ -80,24 +80,49 @@ impl fmt::Display for PageKey {
 }
 
 /// A validated object name, with its stable 64-bit hash (routing and envelope identity).
-#[derive(Clone, PartialEq, Eq, Hash)]
+///
+/// The name is stored inline (no heap allocation), since one is made per page per transfer.
+#[derive(Clone)]
 pub struct ObjectKey {
-    name: String,
+    len: u8,
+    buf: [u8; MAX_OBJECT_KEY_LEN],
     hash: u64,
 }
 
 impl ObjectKey {
     /// Validates `name` and computes its hash.
-    pub fn new(name: impl Into<String>) -> Result<Self> {
-        let name = name.into();
-        validate_name(&name, MAX_OBJECT_KEY_LEN)?;
-        let hash = crate::routing::key_hash(&name);
-        Ok(ObjectKey { name, hash })
+    pub fn new(name: impl AsRef<str>) -> Result<Self> {
+        Self::concat(&[name.as_ref()])
+    }
+
+    /// The name made of `parts` joined without separator, validated, without allocating.
+    pub fn concat(parts: &[&str]) -> Result<Self> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if total > MAX_OBJECT_KEY_LEN {
+            return Err(Error::InvalidKey {
+                key: parts.concat().chars().take(80).collect(),
+                reason: format!("key is {total} bytes, the limit is {MAX_OBJECT_KEY_LEN}"),
+            });
+        }
+        let mut buf = [0u8; MAX_OBJECT_KEY_LEN];
+        let mut at = 0;
+        for p in parts {
+            buf[at..at + p.len()].copy_from_slice(p.as_bytes());
+            at += p.len();
+        }
+        let name = std::str::from_utf8(&buf[..at]).expect("concatenated str slices are UTF-8");
+        validate_name(name, MAX_OBJECT_KEY_LEN)?;
+        let hash = crate::routing::key_hash(name);
+        Ok(ObjectKey {
+            len: at as u8,
+            buf,
+            hash,
+        })
     }
 
     /// The name as text.
     pub fn as_str(&self) -> &str {
-        &self.name
+        std::str::from_utf8(&self.buf[..self.len as usize]).expect("validated UTF-8")
     }
 
     /// blake2b-64 of the name, big-endian (SGLang's routing hash).
@@ -106,15 +131,29 @@ impl ObjectKey {
     }
 }
 
+impl PartialEq for ObjectKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for ObjectKey {}
+
+impl std::hash::Hash for ObjectKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state)
+    }
+}
+
 impl fmt::Debug for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.name, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.name)
+        f.write_str(self.as_str())
     }
 }
 
@@ -312,7 +351,7 @@ impl ObjectNamer {
 
     /// The object holding the whole page.
     pub fn page_object(&self, key: &PageKey) -> Result<ObjectKey> {
-        ObjectKey::new(format!("{}{}", key.as_str(), self.suffix))
+        ObjectKey::concat(&[key.as_str(), &self.suffix])
     }
 
     /// The object holding one K/V part of a page (SGLang zero-copy naming).
@@ -321,7 +360,7 @@ impl ObjectNamer {
             KvPart::K => "_k",
             KvPart::V => "_v",
         };
-        ObjectKey::new(format!("{}{}{tag}", key.as_str(), self.suffix))
+        ObjectKey::concat(&[key.as_str(), &self.suffix, tag])
     }
 }
 

@@ -1,5 +1,5 @@
 //! The conformance suite for POSIX: ext4 (the system temp dir on this project's machines)
-//! with and without O_DIRECT, and tmpfs (`/dev/shm`), each with both engines.
+//! and tmpfs (`/dev/shm`), each with and without O_DIRECT and with both engines.
 
 use std::sync::Arc;
 
@@ -32,4 +32,6 @@ hicache_testkit::conformance_suite!("POSIX", {
     "ext4_buffered_threads" => posix(false, EngineChoice::Threads),
     "tmpfs_direct_uring" @ "/dev/shm/hicache-conformance" => posix(true, EngineChoice::Uring),
     "tmpfs_direct_threads" @ "/dev/shm/hicache-conformance" => posix(true, EngineChoice::Threads),
+    "tmpfs_buffered_uring" @ "/dev/shm/hicache-conformance" => posix(false, EngineChoice::Uring),
+    "tmpfs_buffered_threads" @ "/dev/shm/hicache-conformance" => posix(false, EngineChoice::Threads),
 });
