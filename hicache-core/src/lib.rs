@@ -27,7 +27,7 @@ pub use connector::{
 pub use envelope::PageFormat;
 pub use error::{Error, Result};
 pub use key::{Namespace, NamingScheme, ObjectKey, PageKey, StorageIdentity};
-pub use memory::{AlignedBuf, MemKind, MemoryRegion, RegionId, RegionTable, Slice};
+pub use memory::{AlignedBuf, MemKind, MemoryRegion, RegionId, RegionTable, ResolvedSlice, Slice};
 pub use memory_backend::MemoryBackend;
 pub use pool::{AnchorPool, AttentionKind, Dtype, HostPool, Layout, MmapPool, PoolGeometry};
 pub use registry::{

@@ -1,2 +1,33 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
+
+mod backend;
+mod config;
+mod probe;
+
+pub use backend::ObjBackend;
+pub use config::{ObjConfig, PARAMS, Target};
+
+use hicache_core::{BackendKind, DynBackend, PluginContext, PluginDescriptor, Result, priority};
+
+/// The plugin's name.
+pub const NAME: &str = "OBJ";
+
+/// The OBJ plugin.
+pub static DESCRIPTOR: PluginDescriptor = PluginDescriptor {
+    name: NAME,
+    kind: BackendKind::Object,
+    priority: priority::OBJ,
+    summary: "S3-compatible object storage (object_store), memory:// and file:// for embedded use",
+    params: PARAMS,
+    probe: probe::probe,
+    build,
+};
+
+hicache_core::register_plugin!(DESCRIPTOR);
+
+fn build(ctx: &PluginContext<'_>) -> Result<DynBackend> {
+    Ok(std::sync::Arc::new(ObjBackend::new(
+        ObjConfig::from_context(ctx)?,
+    )?))
+}

@@ -5,6 +5,7 @@ pub mod cases;
 pub mod check;
 pub mod fault;
 pub mod fixtures;
+pub mod s3;
 mod suite;
 
 pub use check::{CaseError, CaseResult, skip};

@@ -42,6 +42,7 @@ pub struct TrialEnv {
     factory: Factory,
     plugin: String,
     capability: Capability,
+    name_limit: Option<usize>,
 }
 
 impl std::fmt::Debug for TrialEnv {
@@ -88,6 +89,7 @@ impl TrialEnv {
             factory,
             plugin: plugin.to_string(),
             capability: Capability::default(),
+            name_limit: None,
         };
         env.capability = env.backend()?.info().capability;
         Ok(env)
@@ -101,6 +103,12 @@ impl TrialEnv {
     /// A name unique to this trial (OBJ plugins use it as a key prefix).
     pub fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    /// The longest object name the storage behind this variant accepts, when it is below
+    /// hicache's own limit (set with [`Suite::name_limit`]).
+    pub fn name_limit(&self) -> Option<usize> {
+        self.name_limit
     }
 
     /// The plugin under test.
@@ -178,6 +186,7 @@ struct Variant {
     name: String,
     root: Option<PathBuf>,
     factory: Factory,
+    name_limit: Option<usize>,
 }
 
 /// A plugin's conformance suite: every case of [`crate::cases::ALL`] for each variant.
@@ -220,7 +229,17 @@ impl Suite {
             name: name.into(),
             root,
             factory: Arc::new(factory),
+            name_limit: None,
         });
+        self
+    }
+
+    /// Declares that the storage behind the last added variant accepts object names of at
+    /// most `limit` bytes (a server that stores objects as files with long temporary names).
+    pub fn name_limit(mut self, limit: usize) -> Self {
+        if let Some(v) = self.variants.last_mut() {
+            v.name_limit = Some(limit);
+        }
         self
     }
 
@@ -254,16 +273,18 @@ impl Suite {
                 } else {
                     format!("conformance::{}::{}", v.name, case.name)
                 };
-                let (plugin, root, factory, runtime, case) = (
+                let (plugin, root, factory, runtime, case, name_limit) = (
                     self.plugin.clone(),
                     v.root.clone(),
                     v.factory.clone(),
                     runtime.clone(),
                     *case,
+                    v.name_limit,
                 );
                 trials.push(Trial::ignorable_test(name, move || {
-                    let env = TrialEnv::new(&plugin, root.as_deref(), factory)
+                    let mut env = TrialEnv::new(&plugin, root.as_deref(), factory)
                         .map_err(|e| Failed::from(format!("cannot set up the trial: {e}")))?;
+                    env.name_limit = name_limit;
                     match runtime.block_on((case.run)(&env)) {
                         Ok(()) => Ok(Completion::Completed),
                         Err(CaseError::Skipped(reason)) => Ok(Completion::ignored_with(reason)),

@@ -24,6 +24,8 @@ pub fn builtin_plugins() -> Vec<&'static PluginDescriptor> {
     [
         #[cfg(feature = "posix")]
         &hicache_posix::DESCRIPTOR,
+        #[cfg(feature = "obj")]
+        &hicache_obj::DESCRIPTOR,
     ]
     .into_iter()
     .collect()
@@ -47,6 +49,9 @@ mod tests {
         let names: Vec<&str> = registry.plugins().iter().map(|p| p.name).collect();
         if cfg!(feature = "posix") {
             assert!(names.contains(&"POSIX"), "{names:?}");
+        }
+        if cfg!(feature = "obj") {
+            assert!(names.contains(&"OBJ"), "{names:?}");
         }
     }
 }

@@ -684,10 +684,12 @@ pub async fn backend_unusual_but_valid_names(env: &TrialEnv) -> CaseResult {
     let n = block(env);
     let buf = buffer(&b, 2 * n)?;
     buf.fill(0, &pattern(n as usize, 41));
+    let max = hicache_core::key::MAX_OBJECT_KEY_LEN;
+    let limit = env.name_limit().map_or(max, |l| l.min(max));
     let long = format!(
         "{}-{}",
         env.namespace(),
-        "L".repeat(hicache_core::key::MAX_OBJECT_KEY_LEN - env.namespace().len() - 1)
+        "L".repeat(limit - env.namespace().len() - 1)
     );
     for name in [
         format!("{}-a_b-c:d=e+f@g", env.namespace()),

@@ -1,0 +1,439 @@
+//! The OBJ backend over `object_store`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use hicache_core::{
+    BackendInfo, BackendKind, Capability, Error, MemKind, MemoryRegion, MissReason, ObjectKey,
+    ReadItem, ReadOutcome, RegionId, RegionTable, ResolvedSlice, Result, Slice, StorageBackend,
+    Usage, WriteItem,
+};
+use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
+use object_store::path::Path;
+use object_store::{
+    BackoffConfig, ClientOptions, GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
+    PutPayload, RetryConfig,
+};
+
+use crate::NAME;
+use crate::config::{ObjConfig, Target};
+
+/// Registered host memory seen as `Bytes` without copying: the region keeps it alive.
+struct RegisteredBytes {
+    _region: MemoryRegion,
+    slice: ResolvedSlice,
+}
+
+impl AsRef<[u8]> for RegisteredBytes {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: the slice was resolved against a live registration whose memory the region
+        // clone keeps alive (owned regions) or whose registrant guarantees it until
+        // deregistration; the connector does not modify pages while they are being written.
+        unsafe { std::slice::from_raw_parts(self.slice.as_ptr(), self.slice.len) }
+    }
+}
+
+/// S3-compatible (or in-memory, or local-directory) object storage.
+#[derive(Debug)]
+pub struct ObjBackend {
+    store: Arc<dyn ObjectStore>,
+    regions: RegionTable,
+    cfg: ObjConfig,
+}
+
+impl ObjBackend {
+    /// Builds the client. No request is made: the probe checks reachability.
+    pub fn new(cfg: ObjConfig) -> Result<Self> {
+        let store: Arc<dyn ObjectStore> = match &cfg.target {
+            Target::Memory => Arc::new(object_store::memory::InMemory::new()),
+            Target::Local(dir) => {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| Error::io(NAME, "create dir", Some(dir.clone()), e))?;
+                Arc::new(
+                    object_store::local::LocalFileSystem::new_with_prefix(dir).map_err(|e| {
+                        Error::backend(NAME, format!("local store at {}: {e}", dir.display()))
+                    })?,
+                )
+            }
+            Target::S3 {
+                bucket,
+                endpoint,
+                region,
+                allow_http,
+                access_key,
+                secret_key,
+                session_token,
+                virtual_hosted,
+            } => {
+                let mut b = AmazonS3Builder::new()
+                    .with_bucket_name(bucket)
+                    .with_region(region)
+                    .with_allow_http(*allow_http)
+                    .with_virtual_hosted_style_request(*virtual_hosted)
+                    .with_conditional_put(if cfg.conditional_create {
+                        S3ConditionalPut::ETagMatch
+                    } else {
+                        S3ConditionalPut::Disabled
+                    })
+                    .with_client_options(
+                        ClientOptions::new()
+                            .with_allow_http(*allow_http)
+                            .with_timeout(cfg.request_timeout)
+                            .with_connect_timeout(
+                                cfg.request_timeout.min(std::time::Duration::from_secs(5)),
+                            ),
+                    )
+                    .with_retry(RetryConfig {
+                        backoff: BackoffConfig {
+                            init_backoff: cfg.retry_backoff,
+                            max_backoff: cfg.retry_backoff * 16,
+                            base: 2.0,
+                        },
+                        max_retries: cfg.retries,
+                        retry_timeout: cfg.request_timeout * (cfg.retries as u32 + 1),
+                    });
+                if let Some(e) = endpoint {
+                    b = b.with_endpoint(e);
+                }
+                match (access_key, secret_key) {
+                    (Some(a), Some(s)) => {
+                        b = b.with_access_key_id(a).with_secret_access_key(s);
+                        if let Some(t) = session_token {
+                            b = b.with_token(t);
+                        }
+                    }
+                    _ => b = b.with_skip_signature(true),
+                }
+                Arc::new(
+                    b.build().map_err(|e| {
+                        Error::invalid_config("bucket/endpoint", NAME, e.to_string())
+                    })?,
+                )
+            }
+        };
+        Ok(ObjBackend {
+            store,
+            regions: RegionTable::new(NAME),
+            cfg,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ObjConfig {
+        &self.cfg
+    }
+
+    /// The object_store client (the raw baseline of the benchmark uses it).
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The store path of an object.
+    pub fn path(&self, key: &ObjectKey) -> Path {
+        if self.cfg.key_prefix.is_empty() {
+            Path::from(key.as_str())
+        } else {
+            Path::from(format!("{}/{}", self.cfg.key_prefix, key.as_str()))
+        }
+    }
+
+    fn resolve(&self, segments: &[Slice]) -> Result<Vec<(MemoryRegion, ResolvedSlice)>> {
+        segments
+            .iter()
+            .map(|s| {
+                let r = self.regions.resolve(s)?;
+                if r.kind != MemKind::Host {
+                    return Err(Error::Unsupported {
+                        backend: NAME.into(),
+                        operation: format!("{} memory", r.kind),
+                    });
+                }
+                let region =
+                    self.regions
+                        .get(s.region)
+                        .ok_or_else(|| Error::UnregisteredRegion {
+                            backend: NAME.into(),
+                            region: s.region,
+                        })?;
+                Ok((region, r))
+            })
+            .collect()
+    }
+
+    async fn write_one(&self, key: &ObjectKey, segments: &[Slice]) -> Result<()> {
+        let parts = self.resolve(segments)?;
+        let total: u64 = parts.iter().map(|(_, s)| s.len as u64).sum();
+        let chunks: Vec<Bytes> = parts
+            .into_iter()
+            .map(|(region, slice)| {
+                Bytes::from_owner(RegisteredBytes {
+                    _region: region,
+                    slice,
+                })
+            })
+            .collect();
+        let path = self.path(key);
+        if total > self.cfg.multipart_threshold {
+            return self.write_multipart(&path, chunks, total).await;
+        }
+        let payload: PutPayload = chunks.into_iter().collect();
+        let create = self.cfg.conditional_create && !matches!(self.cfg.target, Target::Local(_));
+        let mode = if create {
+            PutMode::Create
+        } else {
+            PutMode::Overwrite
+        };
+        match self
+            .store
+            .put_opts(&path, payload.clone(), PutOptions::from(mode))
+            .await
+        {
+            Ok(_) => Ok(()),
+            // The key exists: replace it (writing an existing key replaces it, atomically).
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::NotImplemented { .. }) => self
+                .store
+                .put_opts(&path, payload, PutOptions::from(PutMode::Overwrite))
+                .await
+                .map(drop)
+                .map_err(|e| store_error("put", key, e)),
+            Err(e) => Err(store_error("put", key, e)),
+        }
+    }
+
+    async fn write_multipart(&self, path: &Path, chunks: Vec<Bytes>, total: u64) -> Result<()> {
+        let mut upload = self
+            .store
+            .put_multipart(path)
+            .await
+            .map_err(|e| store_error_path("start multipart upload", path, e))?;
+        let part = self.cfg.part_size as usize;
+        let mut pending: Vec<Bytes> = Vec::new();
+        let mut pending_len = 0usize;
+        let mut parts = Vec::new();
+        for mut chunk in chunks {
+            while !chunk.is_empty() {
+                let take = (part - pending_len).min(chunk.len());
+                pending.push(chunk.split_to(take));
+                pending_len += take;
+                if pending_len == part {
+                    parts.push(upload.put_part(std::mem::take(&mut pending).into_iter().collect()));
+                    pending_len = 0;
+                }
+            }
+        }
+        if pending_len > 0 {
+            parts.push(upload.put_part(pending.into_iter().collect()));
+        }
+        let result = async {
+            futures::future::try_join_all(parts).await?;
+            upload.complete().await
+        }
+        .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let _ = upload.abort().await;
+                Err(store_error_path(
+                    &format!("multipart upload of {total} bytes"),
+                    path,
+                    e,
+                ))
+            }
+        }
+    }
+
+    async fn read_one(&self, key: &ObjectKey, segments: &[Slice]) -> Result<ReadOutcome> {
+        let parts = self.resolve(segments)?;
+        let expected: u64 = parts.iter().map(|(_, s)| s.len as u64).sum();
+        let result = match self
+            .store
+            .get_opts(&self.path(key), GetOptions::default())
+            .await
+        {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Ok(ReadOutcome::Miss(MissReason::NotFound));
+            }
+            Err(e) => return Err(store_error("get", key, e)),
+        };
+        if result.meta.size != expected {
+            return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
+                expected,
+                found: result.meta.size,
+            }));
+        }
+        // Copy each received chunk straight into its place in the segments.
+        let mut stream = result.into_stream();
+        let (mut seg, mut at, mut received) = (0usize, 0usize, 0u64);
+        while let Some(chunk) = stream
+            .try_next()
+            .await
+            .map_err(|e| store_error("get body", key, e))?
+        {
+            let mut data: &[u8] = &chunk;
+            while !data.is_empty() {
+                let Some((_, dst)) = parts.get(seg) else {
+                    return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
+                        expected,
+                        found: received + data.len() as u64,
+                    }));
+                };
+                let n = (dst.len - at).min(data.len());
+                // SAFETY: dst lies in a live registration (resolved above) and `at + n` stays
+                // within it; nothing else writes these bytes while the read is in flight.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr().add(at), n) };
+                at += n;
+                received += n as u64;
+                data = &data[n..];
+                if at == dst.len {
+                    seg += 1;
+                    at = 0;
+                }
+            }
+        }
+        if received != expected {
+            return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
+                expected,
+                found: received,
+            }));
+        }
+        Ok(ReadOutcome::Hit)
+    }
+}
+
+impl ObjBackend {
+    async fn head_one(&self, key: &ObjectKey) -> Result<bool> {
+        match self.store.head(&self.path(key)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(store_error("head", key, e)),
+        }
+    }
+
+    async fn delete_one(&self, key: &ObjectKey) -> Result<()> {
+        match self.store.delete(&self.path(key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(store_error("delete", key, e)),
+        }
+    }
+}
+
+fn store_error(op: &str, key: &ObjectKey, e: object_store::Error) -> Error {
+    Error::Backend {
+        backend: NAME.into(),
+        message: format!("{op} {key}: {}", describe(&e)),
+        source: Some(Box::new(e)),
+    }
+}
+
+fn store_error_path(op: &str, path: &Path, e: object_store::Error) -> Error {
+    Error::Backend {
+        backend: NAME.into(),
+        message: format!("{op} {path}: {}", describe(&e)),
+        source: Some(Box::new(e)),
+    }
+}
+
+/// object_store's message plus a hint for the errors users hit (auth, missing bucket).
+pub(crate) fn describe(e: &object_store::Error) -> String {
+    let text = e.to_string();
+    let hint = if text.contains("403")
+        || text.contains("SignatureDoesNotMatch")
+        || text.contains("InvalidAccessKeyId")
+        || text.contains("AccessDenied")
+    {
+        "; hint: the credentials were refused (HTTP 403): check access_key/secret_key (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)"
+    } else if text.contains("NoSuchBucket") {
+        "; hint: the bucket does not exist: create it or fix `bucket`"
+    } else if text.contains("error sending request")
+        || text.contains("Connection refused")
+        || text.contains("connect")
+    {
+        "; hint: the endpoint did not answer: check `endpoint` and that the server runs"
+    } else {
+        ""
+    };
+    format!("{text}{hint}")
+}
+
+#[async_trait]
+impl StorageBackend for ObjBackend {
+    fn info(&self) -> BackendInfo {
+        let mut capability = Capability::default();
+        capability.host_memory = true;
+        capability.atomic_publish = true;
+        capability.max_segments = 1024;
+        capability.persistent = !matches!(self.cfg.target, Target::Memory);
+        capability.io_alignment = 1;
+        BackendInfo {
+            name: NAME.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            kind: BackendKind::Object,
+            capability,
+            location: self.cfg.location(),
+        }
+    }
+
+    fn register(&self, region: MemoryRegion) -> Result<RegionId> {
+        if region.kind() != MemKind::Host {
+            return Err(Error::Unsupported {
+                backend: NAME.into(),
+                operation: format!(
+                    "registering {} memory (OBJ moves host memory)",
+                    region.kind()
+                ),
+            });
+        }
+        Ok(self.regions.insert(region))
+    }
+
+    fn deregister(&self, id: RegionId) -> Result<()> {
+        self.regions.remove(id).map(drop)
+    }
+
+    async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {
+        let ops: Vec<_> = batch
+            .iter()
+            .map(|i| self.write_one(i.key, i.segments))
+            .collect();
+        futures::stream::iter(ops)
+            .buffered(self.cfg.max_concurrency)
+            .collect()
+            .await
+    }
+
+    async fn read(&self, batch: &[ReadItem<'_>]) -> Vec<Result<ReadOutcome>> {
+        let ops: Vec<_> = batch
+            .iter()
+            .map(|i| self.read_one(i.key, i.segments))
+            .collect();
+        futures::stream::iter(ops)
+            .buffered(self.cfg.max_concurrency)
+            .collect()
+            .await
+    }
+
+    async fn exists(&self, keys: &[ObjectKey]) -> Vec<Result<bool>> {
+        let ops: Vec<_> = keys.iter().map(|k| self.head_one(k)).collect();
+        futures::stream::iter(ops)
+            .buffered(self.cfg.max_concurrency)
+            .collect()
+            .await
+    }
+
+    async fn remove(&self, keys: &[ObjectKey]) -> Vec<Result<()>> {
+        let ops: Vec<_> = keys.iter().map(|k| self.delete_one(k)).collect();
+        futures::stream::iter(ops)
+            .buffered(self.cfg.max_concurrency)
+            .collect()
+            .await
+    }
+
+    async fn usage(&self) -> Result<Usage> {
+        // Object stores have no fixed capacity to report.
+        Ok(Usage::default())
+    }
+}
