@@ -112,7 +112,8 @@ struct BenchArgs {
     #[arg(long)]
     keep: bool,
     /// Run a baseline instead of hicache: `raw` = O_DIRECT pwrite/pread of one pre-opened file
-    /// per page with --threads threads (the disk's limit).
+    /// per page with --threads threads (the disk's limit); `raw-obj` (feature obj) = the
+    /// object_store client putting/getting one object per page, --batch requests in flight.
     #[arg(long, value_name = "raw")]
     baseline: Option<String>,
 }
@@ -289,11 +290,31 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
                 args.rounds,
             )?
         }
+        #[cfg(feature = "obj")]
+        Some("raw-obj") => {
+            let registry = hicache::registry()?;
+            let plugin = registry
+                .get("OBJ")
+                .ok_or_else(|| hicache::Error::backend("bench", "OBJ is not registered"))?;
+            let params = hicache::registry::params_for(plugin, &config)?;
+            let ctx = hicache::PluginContext {
+                config: &config,
+                params: &params,
+            };
+            let cfg = hicache::obj::ObjConfig::from_context(&ctx)?;
+            runtime()?.block_on(hicache::bench::raw_object_store(
+                cfg,
+                one.page_bytes(),
+                pages,
+                args.batch,
+                args.rounds,
+            ))?
+        }
         Some(other) => {
             return Err(hicache::Error::invalid_config(
                 "baseline",
                 "command line",
-                format!("`{other}` is not a baseline (raw)"),
+                format!("`{other}` is not a baseline (raw, or raw-obj with the obj feature)"),
             ));
         }
         None => {
