@@ -116,7 +116,10 @@ async fn a_server_killed_mid_batch_gives_per_item_errors_then_recovers() {
         *access_key = Some(ACCESS_KEY.into());
         *secret_key = Some(SECRET_KEY.into());
     }
-    cfg.retries = 0;
+    // One quick retry: a request on a pooled connection to the killed server fails once
+    // after the restart, as it would in production.
+    cfg.retries = 1;
+    cfg.retry_backoff = std::time::Duration::from_millis(10);
     cfg.request_timeout = std::time::Duration::from_secs(5);
     cfg.max_concurrency = 4;
     let backend = Arc::new(ObjBackend::new(cfg).unwrap());
@@ -185,4 +188,69 @@ async fn a_server_killed_mid_batch_gives_per_item_errors_then_recovers() {
         assert_eq!(&page_bytes(&pool, 128 + i as u64), d, "page {i}");
     }
     assert_eq!(backend.info().name, "OBJ");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_pages_upload_in_parts() {
+    let Some(s) = server(S3Kind::Moto) else {
+        return;
+    };
+    s.create_bucket("hicache-multipart").unwrap();
+    let mut cfg = ObjConfig::s3("hicache-multipart", Some(s.endpoint()));
+    if let Target::S3 {
+        access_key,
+        secret_key,
+        ..
+    } = &mut cfg.target
+    {
+        *access_key = Some(ACCESS_KEY.into());
+        *secret_key = Some(SECRET_KEY.into());
+    }
+    // 7.5 MiB pages (plus the envelope) over a 6 MiB threshold: parts of 5 MiB and the rest.
+    cfg.multipart_threshold = 6 << 20;
+    cfg.part_size = 5 << 20;
+    let backend = Arc::new(ObjBackend::new(cfg).unwrap());
+    let cache = HiCache::with_backend(
+        backend,
+        ConfigLoader::new().load().unwrap(),
+        HiCacheOptions::new(StorageIdentity::single("m")),
+    )
+    .unwrap();
+    let geometry = hicache_core::PoolGeometry::new(
+        hicache_core::AttentionKind::Mha {
+            kv_heads: 8,
+            head_dim: 128,
+        },
+        24,
+        hicache_core::Dtype::Bf16,
+        80,
+        Layout::PageFirst,
+        4,
+    )
+    .unwrap();
+    assert!(geometry.page_bytes() > 6 << 20);
+    let pool = pool(geometry);
+    cache.register_pool(pool.clone()).unwrap();
+    let ks = keys("mp", 2);
+    let data: Vec<Vec<u8>> = (0..2).map(|p| fill_page(&pool, p, 77 + p as u32)).collect();
+    let set = cache
+        .batch_set(&ks, HostSlots::Pages(&[0, 1]))
+        .await
+        .unwrap();
+    assert!(
+        set.iter().all(|r| r.is_ok()),
+        "{:?}",
+        set.iter().find(|r| r.is_err())
+    );
+    let got = cache
+        .batch_get(&ks, HostSlots::Pages(&[2, 3]))
+        .await
+        .unwrap();
+    assert!(
+        got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))),
+        "{:?}",
+        got
+    );
+    assert_eq!(page_bytes(&pool, 2), data[0]);
+    assert_eq!(page_bytes(&pool, 3), data[1]);
 }
