@@ -67,7 +67,9 @@ impl ObjBackend {
                 session_token,
                 virtual_hosted,
             } => {
-                let mut b = AmazonS3Builder::new()
+                // from_env: the standard AWS chain (environment, web identity, container and
+                // instance credentials) unless the config names credentials.
+                let mut b = AmazonS3Builder::from_env()
                     .with_bucket_name(bucket)
                     .with_region(region)
                     .with_allow_http(*allow_http)
@@ -97,14 +99,14 @@ impl ObjBackend {
                 if let Some(e) = endpoint {
                     b = b.with_endpoint(e);
                 }
-                match (access_key, secret_key) {
-                    (Some(a), Some(s)) => {
-                        b = b.with_access_key_id(a).with_secret_access_key(s);
-                        if let Some(t) = session_token {
-                            b = b.with_token(t);
-                        }
+                if let (Some(a), Some(s)) = (access_key, secret_key) {
+                    b = b.with_access_key_id(a).with_secret_access_key(s);
+                    if let Some(t) = session_token {
+                        b = b.with_token(t);
                     }
-                    _ => b = b.with_skip_signature(true),
+                }
+                if cfg.anonymous {
+                    b = b.with_skip_signature(true);
                 }
                 Arc::new(
                     b.build().map_err(|e| {

@@ -199,6 +199,8 @@ pub struct ObjConfig {
     pub part_size: u64,
     /// Use If-None-Match: * on create.
     pub conditional_create: bool,
+    /// Unsigned requests.
+    pub anonymous: bool,
 }
 
 impl ObjConfig {
@@ -226,6 +228,7 @@ impl ObjConfig {
             multipart_threshold: 64 << 20,
             part_size: 16 << 20,
             conditional_create: true,
+            anonymous: false,
         }
     }
 
@@ -359,6 +362,7 @@ impl ObjConfig {
         if let Some(b) = p.bool("conditional_create") {
             cfg.conditional_create = b;
         }
+        cfg.anonymous = p.bool("anonymous").unwrap_or(false);
         Ok(cfg)
     }
 
