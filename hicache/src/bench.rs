@@ -167,6 +167,38 @@ pub struct BenchReport {
     pub read_rounds: Vec<PhaseStats>,
 }
 
+impl BenchReport {
+    /// The report of a baseline run: `shape` is (page bytes, pages, requests in flight).
+    fn baseline(
+        name: &str,
+        location: String,
+        direct_io: bool,
+        shape: (u64, u64, usize),
+        write_rounds: Vec<PhaseStats>,
+        read_rounds: Vec<PhaseStats>,
+        verified: bool,
+    ) -> Self {
+        let (page_bytes, pages, in_flight) = shape;
+        BenchReport {
+            plugin: name.into(),
+            location,
+            transfer_mode: "raw".into(),
+            direct_io,
+            page_bytes,
+            pages,
+            batch: in_flight,
+            streams: in_flight,
+            rounds: write_rounds.len(),
+            write_gbps: median(write_rounds.iter().map(|r| r.gbps).collect()),
+            read_gbps: median(read_rounds.iter().map(|r| r.gbps).collect()),
+            exists_keys_per_s: 0.0,
+            verified,
+            write_rounds,
+            read_rounds,
+        }
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -525,23 +557,15 @@ pub fn raw_baseline(
         verified &= a == b;
     }
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(BenchReport {
-        plugin: "RAW".into(),
-        location: dir.display().to_string(),
-        transfer_mode: "raw".into(),
-        direct_io: direct,
-        page_bytes,
-        pages,
-        batch: qd,
-        streams: qd,
-        rounds: rounds.max(1),
-        write_gbps: median(write_rounds.iter().map(|r| r.gbps).collect()),
-        read_gbps: median(read_rounds.iter().map(|r| r.gbps).collect()),
-        exists_keys_per_s: 0.0,
-        verified,
+    Ok(BenchReport::baseline(
+        "RAW",
+        dir.display().to_string(),
+        direct,
+        (page_bytes, pages, qd),
         write_rounds,
         read_rounds,
-    })
+        verified,
+    ))
 }
 
 /// The OBJ baseline: the same `object_store` client the plugin uses, putting and getting each
@@ -604,21 +628,13 @@ pub async fn raw_object_store(
     for p in &paths {
         store.delete(p).await.map_err(err)?;
     }
-    Ok(BenchReport {
-        plugin: "RAW-OBJ".into(),
-        location: backend.config().location(),
-        transfer_mode: "raw".into(),
-        direct_io: false,
-        page_bytes,
-        pages,
-        batch: concurrency,
-        streams: concurrency,
-        rounds: rounds.max(1),
-        write_gbps: median(write_rounds.iter().map(|r| r.gbps).collect()),
-        read_gbps: median(read_rounds.iter().map(|r| r.gbps).collect()),
-        exists_keys_per_s: 0.0,
-        verified,
+    Ok(BenchReport::baseline(
+        "RAW-OBJ",
+        backend.config().location(),
+        false,
+        (page_bytes, pages, concurrency),
         write_rounds,
         read_rounds,
-    })
+        verified,
+    ))
 }
