@@ -170,6 +170,14 @@ impl PosixBackend {
         self.engine.describe()
     }
 
+    /// Transfers the io_uring engine ran on registered (fixed) buffers so far.
+    pub fn fixed_buffer_transfers(&self) -> u64 {
+        match &self.engine {
+            Engine::Uring(u) => u.fixed_transfers(),
+            Engine::Threads(_) => 0,
+        }
+    }
+
     /// The file an object is stored in.
     pub fn object_path(&self, key: &ObjectKey) -> PathBuf {
         let route = routing::route(key, self.roots.len()).expect("at least one root");
@@ -240,7 +248,10 @@ impl PosixBackend {
                 1
             };
             match self.resolve_segments(key, segments, align, &mut iov, &mut keep) {
-                Ok(()) => plan.push(key.as_str(), route, &iov),
+                Ok(()) => {
+                    let single = (segments.len() == 1).then(|| segments[0].region.0);
+                    plan.push(key.as_str(), route, &iov, single)
+                }
                 Err(e) => plan.push_failed(e),
             }
         }
@@ -255,7 +266,7 @@ impl PosixBackend {
     fn key_plan(&self, kind: OpKind, keys: &[ObjectKey]) -> Plan {
         let mut plan = Plan::new(kind, self.sync, keys.len());
         for key in keys {
-            plan.push(key.as_str(), self.route(key), &[]);
+            plan.push(key.as_str(), self.route(key), &[], None);
         }
         plan
     }
@@ -375,11 +386,22 @@ impl StorageBackend for PosixBackend {
                 ),
             });
         }
-        Ok(self.regions.insert(region))
+        let (addr, len) = (region.addr(), region.len());
+        let id = self.regions.insert(region);
+        if let Engine::Uring(u) = &self.engine {
+            u.register_buffer(id.0, addr, len);
+        }
+        Ok(id)
     }
 
     fn deregister(&self, id: RegionId) -> Result<()> {
-        self.regions.remove(id).map(drop)
+        let region = self.regions.remove(id)?;
+        if let Engine::Uring(u) = &self.engine {
+            // The ring must let go of the buffer before the memory can be released.
+            u.unregister_buffer(id.0);
+        }
+        drop(region);
+        Ok(())
     }
 
     async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {

@@ -37,6 +37,9 @@ pub(crate) struct Plan {
     iov_ends: Vec<usize>,
     /// Items that failed preparation (bad slice); engines skip them.
     pub(crate) prepared: Vec<bool>,
+    /// The registration an item's only segment lies in (io_uring fixed buffers), if it has
+    /// exactly one segment.
+    pub(crate) single_region: Vec<Option<u64>>,
     results: Vec<Mutex<Option<Result<Outcome>>>>,
     /// Keeps owned memory alive while I/O may still run (a dropped future does not cancel
     /// I/O already handed to an engine).
@@ -61,13 +64,21 @@ impl Plan {
             iov: Vec::with_capacity(items * 3),
             iov_ends: Vec::with_capacity(items),
             prepared: Vec::with_capacity(items),
+            single_region: Vec::with_capacity(items),
             results: Vec::with_capacity(items),
             _keepalive: Vec::new(),
         }
     }
 
     /// Adds an item; `iov` is empty for exists/remove.
-    pub(crate) fn push(&mut self, name: &str, route: (usize, [u8; 2]), iov: &[libc::iovec]) {
+    pub(crate) fn push(
+        &mut self,
+        name: &str,
+        route: (usize, [u8; 2]),
+        iov: &[libc::iovec],
+        single_region: Option<u64>,
+    ) {
+        self.single_region.push(single_region);
         self.names.extend_from_slice(name.as_bytes());
         self.name_ends.push(self.names.len());
         self.routes.push(route);
@@ -79,6 +90,7 @@ impl Plan {
 
     /// Adds an item that already failed (a bad slice): engines skip it.
     pub(crate) fn push_failed(&mut self, error: Error) {
+        self.single_region.push(None);
         self.name_ends.push(self.names.len());
         self.routes.push((0, *b"00"));
         self.iov_ends.push(self.iov.len());

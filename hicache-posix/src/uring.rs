@@ -12,9 +12,15 @@
 //! write in a link as a failure); the completion handler then closes a file left open, removes
 //! a temporary file, and reports the item — a short transfer is never counted as success.
 //! Paths live in a slab allocated once, so the hot path allocates nothing per page.
+//! Registered memory regions become io_uring fixed buffers where the kernel takes them, and an
+//! object whose bytes are one segment of such a region (bounce slots, anchor markers) moves with
+//! `READ_FIXED`/`WRITE_FIXED`, which skips pinning the pages on every transfer. Objects made of
+//! several regions (envelope header + pool spans) use `READV`/`WRITEV`: a vectored fixed
+//! transfer must stay inside one registered buffer.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -29,17 +35,35 @@ use crate::plan::{OpKind, Outcome, Plan};
 
 /// Longest chain (write with fsync).
 const MAX_CHAIN: u32 = 5;
+/// Fixed-buffer table size.
+const BUFFER_SLOTS: u32 = 64;
+/// The kernel's limit for one registered buffer.
+const MAX_FIXED_BUFFER: u64 = 1 << 30;
 
 struct Job {
     plan: Arc<Plan>,
     done: oneshot::Sender<()>,
 }
 
+enum Msg {
+    Job(Job),
+    Register {
+        region: u64,
+        addr: usize,
+        len: u64,
+    },
+    Unregister {
+        region: u64,
+        done: std::sync::mpsc::Sender<()>,
+    },
+}
+
 /// The io_uring engine handle; the ring lives on its own thread.
 pub(crate) struct UringEngine {
-    tx: Mutex<Option<Sender<Job>>>,
+    tx: Mutex<Option<Sender<Msg>>>,
     thread: Option<JoinHandle<()>>,
     depth: u32,
+    fixed: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for UringEngine {
@@ -82,14 +106,41 @@ impl UringEngine {
         let ring = check_support(depth)?;
         let slots = (depth / MAX_CHAIN).max(1) as usize;
         let (tx, rx) = channel();
+        let fixed = Arc::new(AtomicU64::new(0));
+        let counter = fixed.clone();
         let thread = std::thread::Builder::new()
             .name("hicache-uring".into())
-            .spawn(move || Driver::new(ring, roots, slots).run(rx))?;
+            .spawn(move || Driver::new(ring, roots, slots, counter).run(rx))?;
         Ok(UringEngine {
             tx: Mutex::new(Some(tx)),
             thread: Some(thread),
             depth,
+            fixed,
         })
+    }
+
+    fn send(&self, msg: Msg) -> bool {
+        let guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().is_some_and(|tx| tx.send(msg).is_ok())
+    }
+
+    /// Offers a registered region as a fixed buffer (best effort: the kernel may refuse, e.g.
+    /// over RLIMIT_MEMLOCK, and transfers then use plain vectored I/O).
+    pub(crate) fn register_buffer(&self, region: u64, addr: usize, len: u64) {
+        self.send(Msg::Register { region, addr, len });
+    }
+
+    /// Removes a region's fixed buffer; returns once the ring no longer holds it.
+    pub(crate) fn unregister_buffer(&self, region: u64) {
+        let (done, wait) = std::sync::mpsc::channel();
+        if self.send(Msg::Unregister { region, done }) {
+            let _ = wait.recv();
+        }
+    }
+
+    /// Transfers run on fixed buffers so far.
+    pub(crate) fn fixed_transfers(&self) -> u64 {
+        self.fixed.load(Ordering::Relaxed)
     }
 
     pub(crate) fn queue_depth(&self) -> u32 {
@@ -101,14 +152,9 @@ impl UringEngine {
             return;
         }
         let (done, wait) = oneshot::channel();
-        {
-            let guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(tx) = guard.as_ref() else { return };
-            if tx.send(Job { plan, done }).is_err() {
-                return;
-            }
+        if self.send(Msg::Job(Job { plan, done })) {
+            let _ = wait.await;
         }
-        let _ = wait.await;
     }
 }
 
@@ -140,6 +186,10 @@ struct ActiveJob {
 
 struct Driver {
     ring: IoUring,
+    /// Region id → fixed-buffer index, address, length.
+    buffers: HashMap<u64, (u16, usize, u64)>,
+    free_buffers: Vec<u16>,
+    fixed: Arc<AtomicU64>,
     roots: Arc<[Root]>,
     slots: Box<[Slot]>,
     free: Vec<usize>,
@@ -149,7 +199,14 @@ struct Driver {
 }
 
 impl Driver {
-    fn new(ring: IoUring, roots: Arc<[Root]>, n: usize) -> Self {
+    fn new(ring: IoUring, roots: Arc<[Root]>, n: usize, fixed: Arc<AtomicU64>) -> Self {
+        let free_buffers = match ring.submitter().register_buffers_sparse(BUFFER_SLOTS) {
+            Ok(()) => (0..BUFFER_SLOTS as u16).rev().collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "io_uring fixed buffers unavailable");
+                Vec::new()
+            }
+        };
         let slots = (0..n)
             .map(|_| Slot {
                 path: PathBuf4k::new(),
@@ -165,6 +222,9 @@ impl Driver {
             .collect();
         Driver {
             ring,
+            buffers: HashMap::new(),
+            free_buffers,
+            fixed,
             roots,
             slots,
             free: (0..n).rev().collect(),
@@ -174,7 +234,56 @@ impl Driver {
         }
     }
 
-    fn run(mut self, rx: Receiver<Job>) {
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Job(job) => self.accept(job),
+            Msg::Register { region, addr, len } => {
+                if len == 0 || len > MAX_FIXED_BUFFER {
+                    return;
+                }
+                let Some(index) = self.free_buffers.pop() else {
+                    return;
+                };
+                let iov = libc::iovec {
+                    iov_base: addr as *mut libc::c_void,
+                    iov_len: len as usize,
+                };
+                // SAFETY: the region stays valid until the backend deregisters it, and
+                // deregistration waits for the Unregister below before releasing the memory.
+                match unsafe {
+                    self.ring
+                        .submitter()
+                        .register_buffers_update(index as u32, &[iov], None)
+                } {
+                    Ok(()) => {
+                        self.buffers.insert(region, (index, addr, len));
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "region not registered as a fixed buffer");
+                        self.free_buffers.push(index);
+                    }
+                }
+            }
+            Msg::Unregister { region, done } => {
+                if let Some((index, _, _)) = self.buffers.remove(&region) {
+                    let empty = libc::iovec {
+                        iov_base: std::ptr::null_mut(),
+                        iov_len: 0,
+                    };
+                    // SAFETY: an empty iovec clears the slot.
+                    let _ = unsafe {
+                        self.ring
+                            .submitter()
+                            .register_buffers_update(index as u32, &[empty], None)
+                    };
+                    self.free_buffers.push(index);
+                }
+                let _ = done.send(());
+            }
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Msg>) {
         let mut closed = false;
         loop {
             if self.inflight == 0 && self.queue.is_empty() {
@@ -182,13 +291,13 @@ impl Driver {
                     return;
                 }
                 match rx.recv() {
-                    Ok(job) => self.accept(job),
+                    Ok(msg) => self.handle(msg),
                     Err(_) => return,
                 }
             }
             loop {
                 match rx.try_recv() {
-                    Ok(job) => self.accept(job),
+                    Ok(msg) => self.handle(msg),
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => {
                         closed = true;
@@ -297,6 +406,14 @@ impl Driver {
         let dest = types::DestinationSlot::try_from_slot_target(slot_id as u32)
             .map_err(|_| Error::backend(NAME, "io_uring file slot out of range"))?;
         let iov = plan.iov(item);
+        // One segment inside a fixed buffer: READ_FIXED / WRITE_FIXED.
+        let fixed_buffer = plan.single_region[item]
+            .and_then(|r| self.buffers.get(&r))
+            .and_then(|&(index, addr, len)| {
+                let v = iov.first()?;
+                let start = v.iov_base as usize;
+                (start >= addr && start + v.iov_len <= addr + len as usize).then_some(index)
+            });
         let direct = if root.direct { libc::O_DIRECT } else { 0 };
         // No O_CLOEXEC: direct descriptors are not process fds, and the kernel rejects the
         // flag when installing into a fixed slot.
@@ -368,6 +485,9 @@ impl Driver {
                 1
             }
         };
+        if fixed_buffer.is_some() {
+            self.fixed.fetch_add(1, Ordering::Relaxed);
+        }
         slot.steps = n as u32;
         slot.pending = n as u32;
         let mut sq = self.ring.submission();

@@ -680,3 +680,67 @@ async fn a_filesystem_without_o_direct_falls_back_to_buffered_io() {
     let probe = hicache_posix::probe_dir(ramfs.path(), true).unwrap();
     assert_eq!(probe.direct_io, Some(false));
 }
+
+#[tokio::test]
+async fn io_uring_moves_single_segment_objects_on_fixed_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(backend_with(dir.path(), true, EngineChoice::Uring));
+    let config = ConfigLoader::new().load().unwrap();
+    let cache = HiCache::with_backend(
+        backend.clone(),
+        config,
+        HiCacheOptions::new(StorageIdentity::single("m")),
+    )
+    .unwrap();
+    // Spans of 2880 bytes fit no alignment: bounce mode, one staging slot per object.
+    let g = PoolGeometry::new(
+        AttentionKind::Mha {
+            kv_heads: 2,
+            head_dim: 60,
+        },
+        4,
+        Dtype::Bf16,
+        3,
+        Layout::PageFirst,
+        8,
+    )
+    .unwrap();
+    let pool = Arc::new(MmapPool::new(g).unwrap());
+    assert_eq!(
+        cache.register_pool(pool.clone()).unwrap().mode,
+        TransferMode::Bounce
+    );
+    let ks = keys("fixed", 3);
+    let data: Vec<Vec<u8>> = (0..3).map(|p| fill(&pool, p, 9 + p as u8)).collect();
+    assert!(
+        cache
+            .batch_set(&ks, HostSlots::Pages(&[0, 1, 2]))
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.is_ok())
+    );
+    let got = cache
+        .batch_get(&ks, HostSlots::Pages(&[4, 5, 6]))
+        .await
+        .unwrap();
+    assert!(got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))));
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(&page(&pool, 4 + i as u64), d);
+    }
+    assert_eq!(
+        backend.fixed_buffer_transfers(),
+        6,
+        "3 writes and 3 reads on fixed buffers"
+    );
+    // Deregistering (closing the pool) releases the buffers; later transfers still work.
+    cache.close();
+    cache.register_pool(pool.clone()).unwrap();
+    let got = cache.batch_get(&ks, HostSlots::Pages(&[7])).await;
+    assert!(got.is_err(), "three keys need three pages");
+    let got = cache
+        .batch_get(&ks[..1], HostSlots::Pages(&[7]))
+        .await
+        .unwrap();
+    assert!(matches!(got[0], Ok(ReadOutcome::Hit)));
+}
