@@ -35,10 +35,53 @@ impl AsRef<[u8]> for RegisteredBytes {
     }
 }
 
+/// Copies a streamed body into the segments of a read, in order.
+struct Scatter<'a> {
+    parts: &'a [(MemoryRegion, ResolvedSlice)],
+    seg: usize,
+    at: usize,
+    received: u64,
+}
+
+impl<'a> Scatter<'a> {
+    fn new(parts: &'a [(MemoryRegion, ResolvedSlice)]) -> Self {
+        Scatter {
+            parts,
+            seg: 0,
+            at: 0,
+            received: 0,
+        }
+    }
+
+    /// Copies `data` in; false when the body is longer than the segments.
+    fn push(&mut self, mut data: &[u8]) -> bool {
+        while !data.is_empty() {
+            let Some((_, dst)) = self.parts.get(self.seg) else {
+                self.received += data.len() as u64;
+                return false;
+            };
+            let n = (dst.len - self.at).min(data.len());
+            // SAFETY: dst lies in a live registration (resolved before the request) and
+            // `at + n` stays within it; nothing else writes these bytes during the read.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr().add(self.at), n) };
+            self.at += n;
+            self.received += n as u64;
+            data = &data[n..];
+            if self.at == dst.len {
+                self.seg += 1;
+                self.at = 0;
+            }
+        }
+        true
+    }
+}
+
 /// S3-compatible (or in-memory, or local-directory) object storage.
 #[derive(Debug)]
 pub struct ObjBackend {
     store: Arc<dyn ObjectStore>,
+    #[cfg(feature = "aws-sdk")]
+    sdk: Option<crate::sdk::SdkClient>,
     regions: RegionTable,
     cfg: ObjConfig,
 }
@@ -115,8 +158,30 @@ impl ObjBackend {
                 )
             }
         };
+        #[cfg(feature = "aws-sdk")]
+        let sdk = match cfg.client {
+            crate::config::ClientKind::AwsSdk => Some(
+                crate::sdk::SdkClient::new(&cfg)
+                    .map_err(|r| Error::invalid_config("client", NAME, r))?,
+            ),
+            crate::config::ClientKind::ObjectStore => None,
+        };
+        #[cfg(not(feature = "aws-sdk"))]
+        if cfg.client == crate::config::ClientKind::AwsSdk {
+            return Err(Error::InvalidConfig {
+                key: "client".into(),
+                source_desc: NAME.into(),
+                reason: "this build has no aws-sdk client".into(),
+                hint: Some(
+                    "build hicache with the `aws-sdk` feature, or use client = \"object_store\""
+                        .into(),
+                ),
+            });
+        }
         Ok(ObjBackend {
             store,
+            #[cfg(feature = "aws-sdk")]
+            sdk,
             regions: RegionTable::new(NAME),
             cfg,
         })
@@ -166,6 +231,10 @@ impl ObjBackend {
 
     async fn write_one(&self, key: &ObjectKey, segments: &[Slice]) -> Result<()> {
         let parts = self.resolve(segments)?;
+        #[cfg(feature = "aws-sdk")]
+        if let Some(sdk) = &self.sdk {
+            return self.sdk_write(sdk, key, &parts).await;
+        }
         let total: u64 = parts.iter().map(|(_, s)| s.len as u64).sum();
         let chunks: Vec<Bytes> = parts
             .into_iter()
@@ -250,6 +319,10 @@ impl ObjBackend {
     async fn read_one(&self, key: &ObjectKey, segments: &[Slice]) -> Result<ReadOutcome> {
         let parts = self.resolve(segments)?;
         let expected: u64 = parts.iter().map(|(_, s)| s.len as u64).sum();
+        #[cfg(feature = "aws-sdk")]
+        if let Some(sdk) = &self.sdk {
+            return self.sdk_read(sdk, key, &parts, expected).await;
+        }
         let result = match self
             .store
             .get_opts(&self.path(key), GetOptions::default())
@@ -269,33 +342,17 @@ impl ObjBackend {
         }
         // Copy each received chunk straight into its place in the segments.
         let mut stream = result.into_stream();
-        let (mut seg, mut at, mut received) = (0usize, 0usize, 0u64);
+        let mut scatter = Scatter::new(&parts);
         while let Some(chunk) = stream
             .try_next()
             .await
             .map_err(|e| store_error("get body", key, e))?
         {
-            let mut data: &[u8] = &chunk;
-            while !data.is_empty() {
-                let Some((_, dst)) = parts.get(seg) else {
-                    return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
-                        expected,
-                        found: received + data.len() as u64,
-                    }));
-                };
-                let n = (dst.len - at).min(data.len());
-                // SAFETY: dst lies in a live registration (resolved above) and `at + n` stays
-                // within it; nothing else writes these bytes while the read is in flight.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr().add(at), n) };
-                at += n;
-                received += n as u64;
-                data = &data[n..];
-                if at == dst.len {
-                    seg += 1;
-                    at = 0;
-                }
+            if !scatter.push(&chunk) {
+                break;
             }
         }
+        let received = scatter.received;
         if received != expected {
             return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
                 expected,
@@ -308,6 +365,13 @@ impl ObjBackend {
 
 impl ObjBackend {
     async fn head_one(&self, key: &ObjectKey) -> Result<bool> {
+        #[cfg(feature = "aws-sdk")]
+        if let Some(sdk) = &self.sdk {
+            return sdk
+                .exists(self.path(key).as_ref())
+                .await
+                .map_err(|e| sdk_error("head", key, e));
+        }
         match self.store.head(&self.path(key)).await {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
@@ -316,10 +380,111 @@ impl ObjBackend {
     }
 
     async fn delete_one(&self, key: &ObjectKey) -> Result<()> {
+        #[cfg(feature = "aws-sdk")]
+        if let Some(sdk) = &self.sdk {
+            return sdk
+                .delete(self.path(key).as_ref())
+                .await
+                .map_err(|e| sdk_error("delete", key, e));
+        }
         match self.store.delete(&self.path(key)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(store_error("delete", key, e)),
         }
+    }
+}
+
+#[cfg(feature = "aws-sdk")]
+impl ObjBackend {
+    async fn sdk_write(
+        &self,
+        sdk: &crate::sdk::SdkClient,
+        key: &ObjectKey,
+        parts: &[(MemoryRegion, ResolvedSlice)],
+    ) -> Result<()> {
+        let total: usize = parts.iter().map(|(_, s)| s.len).sum();
+        let mut body = Vec::with_capacity(total);
+        for (_, s) in parts {
+            // SAFETY: resolved against a live registration; not modified during the write.
+            body.extend_from_slice(unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len) });
+        }
+        let body = Bytes::from(body);
+        let path = self.path(key);
+        let name: &str = path.as_ref();
+        if total as u64 > self.cfg.multipart_threshold {
+            return sdk
+                .put_multipart(name, body, self.cfg.part_size as usize)
+                .await
+                .map_err(|e| sdk_error("multipart put", key, e));
+        }
+        let create = self.cfg.conditional_create;
+        let created = sdk
+            .put(name, body.clone(), create)
+            .await
+            .map_err(|e| sdk_error("put", key, e))?;
+        if !created {
+            // The key exists: replace it.
+            sdk.put(name, body, false)
+                .await
+                .map_err(|e| sdk_error("put", key, e))?;
+        }
+        Ok(())
+    }
+
+    async fn sdk_read(
+        &self,
+        sdk: &crate::sdk::SdkClient,
+        key: &ObjectKey,
+        parts: &[(MemoryRegion, ResolvedSlice)],
+        expected: u64,
+    ) -> Result<ReadOutcome> {
+        let Some((size, mut body)) = sdk
+            .get(self.path(key).as_ref())
+            .await
+            .map_err(|e| sdk_error("get", key, e))?
+        else {
+            return Ok(ReadOutcome::Miss(MissReason::NotFound));
+        };
+        if size != expected {
+            return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
+                expected,
+                found: size,
+            }));
+        }
+        let mut scatter = Scatter::new(parts);
+        while let Some(chunk) = body
+            .try_next()
+            .await
+            .map_err(|e| Error::backend(NAME, format!("get body {key}: {e}")))?
+        {
+            if !scatter.push(&chunk) {
+                break;
+            }
+        }
+        if scatter.received != expected {
+            return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
+                expected,
+                found: scatter.received,
+            }));
+        }
+        Ok(ReadOutcome::Hit)
+    }
+}
+
+#[cfg(feature = "aws-sdk")]
+fn sdk_error(op: &str, key: &ObjectKey, e: crate::sdk::SdkFailure) -> Error {
+    let hint = match e.status {
+        Some(403) => "; hint: the credentials were refused (HTTP 403): check access_key/secret_key",
+        _ if e.message.contains("NoSuchBucket") => {
+            "; hint: the bucket does not exist: create it or fix `bucket`"
+        }
+        None => "; hint: the endpoint did not answer: check `endpoint` and that the server runs",
+        _ => "",
+    };
+    Error::Backend {
+        backend: NAME.into(),
+        message: format!("{op} {key} (aws-sdk): {e}{hint}"),
+        source: Some(Box::new(e)),
     }
 }
 

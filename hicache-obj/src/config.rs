@@ -121,6 +121,15 @@ pub const PARAMS: &[ParamSpec] = &[
     ),
 ];
 
+/// Which S3 client talks to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientKind {
+    /// The `object_store` crate (default; no copy on PUT).
+    ObjectStore,
+    /// The AWS SDK (`aws-sdk` feature).
+    AwsSdk,
+}
+
 /// Where objects go.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Target {
@@ -201,6 +210,8 @@ pub struct ObjConfig {
     pub conditional_create: bool,
     /// Unsigned requests.
     pub anonymous: bool,
+    /// Which client.
+    pub client: ClientKind,
 }
 
 impl ObjConfig {
@@ -229,6 +240,7 @@ impl ObjConfig {
             part_size: 16 << 20,
             conditional_create: true,
             anonymous: false,
+            client: ClientKind::ObjectStore,
         }
     }
 
@@ -363,6 +375,9 @@ impl ObjConfig {
             cfg.conditional_create = b;
         }
         cfg.anonymous = p.bool("anonymous").unwrap_or(false);
+        if p.str("client") == Some("aws-sdk") {
+            cfg.client = ClientKind::AwsSdk;
+        }
         Ok(cfg)
     }
 

@@ -4,9 +4,11 @@
 mod backend;
 mod config;
 mod probe;
+#[cfg(feature = "aws-sdk")]
+mod sdk;
 
 pub use backend::ObjBackend;
-pub use config::{ObjConfig, PARAMS, Target};
+pub use config::{ClientKind, ObjConfig, PARAMS, Target};
 
 use hicache_core::{BackendKind, DynBackend, PluginContext, PluginDescriptor, Result, priority};
 

@@ -1,11 +1,12 @@
 //! The conformance suite for OBJ against two real S3 servers on loopback (moto and s3s-fs,
-//! started for this run) and the embedded `memory://` store.
+//! started for this run) and the embedded `memory://` store; with the `aws-sdk` feature, the
+//! S3 variants run once more through the AWS SDK client.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use hicache_core::DynBackend;
-use hicache_obj::{ObjBackend, ObjConfig, Target};
+use hicache_obj::{ClientKind, ObjBackend, ObjConfig, Target};
 use hicache_testkit::s3::{ACCESS_KEY, S3Kind, S3Server, SECRET_KEY};
 use hicache_testkit::{Suite, TrialEnv, per_trial};
 
@@ -13,9 +14,13 @@ const BUCKET: &str = "hicache-conformance";
 
 /// A backend on `endpoint`, with the trial's namespace as key prefix so trials never share
 /// objects.
-fn s3(endpoint: String) -> impl Fn(&TrialEnv) -> hicache_core::Result<DynBackend> {
+fn s3(
+    endpoint: String,
+    client: ClientKind,
+) -> impl Fn(&TrialEnv) -> hicache_core::Result<DynBackend> {
     move |env| {
         let mut cfg = ObjConfig::s3(BUCKET, Some(endpoint.clone()));
+        cfg.client = client;
         if let Target::S3 {
             access_key,
             secret_key,
@@ -55,15 +60,25 @@ fn main() -> ExitCode {
         }),
     );
     if let Some(s) = &moto {
-        suite = suite.variant("moto", None, s3(s.endpoint()));
+        suite = suite.variant("moto", None, s3(s.endpoint(), ClientKind::ObjectStore));
+        #[cfg(feature = "aws-sdk")]
+        {
+            suite = suite.variant("moto_aws_sdk", None, s3(s.endpoint(), ClientKind::AwsSdk));
+        }
     }
     if let Some(s) = &s3s {
         // s3s-fs stores objects as files and writes them under longer temporary names first,
         // so keys (prefix and name) longer than about 160 bytes fail there (measured); S3
         // allows 1024 bytes.
         suite = suite
-            .variant("s3s_fs", None, s3(s.endpoint()))
+            .variant("s3s_fs", None, s3(s.endpoint(), ClientKind::ObjectStore))
             .name_limit(120);
+        #[cfg(feature = "aws-sdk")]
+        {
+            suite = suite
+                .variant("s3s_fs_aws_sdk", None, s3(s.endpoint(), ClientKind::AwsSdk))
+                .name_limit(120);
+        }
     }
     let code = suite.run_main();
     drop((moto, s3s));

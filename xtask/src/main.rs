@@ -123,6 +123,40 @@ fn ci() -> Result<(), String> {
         .env("HICACHE_S3S_FS", &s3s);
     let mut totals = counted_step("cargo test --workspace", test)?;
 
+    let mut sdk_lint = cargo();
+    sdk_lint.args([
+        "clippy",
+        "-p",
+        "hicache-obj",
+        "--features",
+        "aws-sdk",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    step("cargo clippy -p hicache-obj --features aws-sdk", sdk_lint)?;
+
+    let mut sdk = cargo();
+    sdk.args([
+        "test",
+        "-p",
+        "hicache-obj",
+        "--features",
+        "aws-sdk",
+        "--test",
+        "conformance",
+        "--",
+        "aws_sdk",
+    ])
+    .env("HICACHE_REQUIRE_S3", "1")
+    .env("HICACHE_MOTO_SERVER", &moto)
+    .env("HICACHE_S3S_FS", &s3s);
+    let t = counted_step("OBJ conformance through the aws-sdk client", sdk)?;
+    totals.passed += t.passed;
+    totals.failed += t.failed;
+    totals.ignored += t.ignored;
+
     let mut obj = cargo();
     obj.args(["test", "-p", "hicache", "--features", "obj", "--lib"]);
     let t = counted_step(

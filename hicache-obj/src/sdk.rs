@@ -1,0 +1,269 @@
+//! The second S3 client behind the OBJ plugin: the AWS SDK (`aws-sdk-s3`), for users who need
+//! SDK-specific behaviour. Enabled by the `aws-sdk` feature and `client = "aws-sdk"`.
+//!
+//! Credentials come from the config (or the AWS variables its parameters fall back to); the
+//! SDK's own provider chain (profiles, instance metadata) would need `aws-config`, which this
+//! crate does not pull in. Unlike the object_store client, a page's segments are copied into
+//! one buffer per PUT: the SDK body wants one contiguous chunk.
+
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::error::SdkError;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use bytes::Bytes;
+
+use crate::config::{ObjConfig, Target};
+
+/// An S3 client from the AWS SDK.
+#[derive(Debug, Clone)]
+pub(crate) struct SdkClient {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+/// What a failed request was.
+#[derive(Debug)]
+pub(crate) struct SdkFailure {
+    /// HTTP status, when the server answered.
+    pub(crate) status: Option<u16>,
+    /// The SDK's message (code and text).
+    pub(crate) message: String,
+}
+
+impl std::fmt::Display for SdkFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.status {
+            Some(s) => write!(f, "HTTP {s}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for SdkFailure {}
+
+fn failure<E: std::error::Error + 'static>(e: SdkError<E, HttpResponse>) -> SdkFailure {
+    let status = e.raw_response().map(|r| r.status().as_u16());
+    let message = format!("{}", aws_sdk_s3::error::DisplayErrorContext(&e));
+    SdkFailure { status, message }
+}
+
+impl SdkClient {
+    pub(crate) fn new(cfg: &ObjConfig) -> Result<Self, String> {
+        let Target::S3 {
+            bucket,
+            endpoint,
+            region,
+            access_key,
+            secret_key,
+            session_token,
+            virtual_hosted,
+            ..
+        } = &cfg.target
+        else {
+            return Err(
+                "the aws-sdk client serves S3 targets only (not memory:// or file://)".into(),
+            );
+        };
+        let mut b = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(region.clone()))
+            .force_path_style(!*virtual_hosted)
+            // Pages carry their own checksum (the envelope); the SDK's flexible checksums would
+            // hash every page twice more and store extra metadata server-side.
+            .request_checksum_calculation(
+                aws_sdk_s3::config::RequestChecksumCalculation::WhenRequired,
+            )
+            .response_checksum_validation(
+                aws_sdk_s3::config::ResponseChecksumValidation::WhenRequired,
+            )
+            .retry_config(
+                aws_sdk_s3::config::retry::RetryConfig::standard()
+                    .with_max_attempts(cfg.retries as u32 + 1)
+                    .with_initial_backoff(cfg.retry_backoff),
+            )
+            .timeout_config(
+                aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+                    .operation_attempt_timeout(cfg.request_timeout)
+                    .build(),
+            );
+        if let Some(e) = endpoint {
+            b = b.endpoint_url(e);
+        }
+        match (access_key, secret_key) {
+            (Some(a), Some(s)) => {
+                b = b.credentials_provider(Credentials::new(a, s, session_token.clone(), None, "hicache-config"));
+            }
+            _ => return Err("the aws-sdk client needs access_key and secret_key (or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)".into()),
+        }
+        Ok(SdkClient {
+            client: aws_sdk_s3::Client::from_conf(b.build()),
+            bucket: bucket.clone(),
+        })
+    }
+
+    /// PUT; with `create`, only when absent (returns false when the key exists).
+    pub(crate) async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        create: bool,
+    ) -> Result<bool, SdkFailure> {
+        let mut req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(ByteStream::from(body));
+        if create {
+            req = req.if_none_match("*");
+        }
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let f = failure(e);
+                if create && f.status == Some(412) {
+                    Ok(false)
+                } else {
+                    Err(f)
+                }
+            }
+        }
+    }
+
+    /// Multipart upload of `body` in parts of `part_size`.
+    pub(crate) async fn put_multipart(
+        &self,
+        key: &str,
+        body: Bytes,
+        part_size: usize,
+    ) -> Result<(), SdkFailure> {
+        let upload = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(failure)?;
+        let id = upload.upload_id().unwrap_or_default().to_string();
+        let result = async {
+            let mut parts = Vec::new();
+            for (i, chunk) in body.chunks(part_size).enumerate() {
+                let n = i as i32 + 1;
+                let out = self
+                    .client
+                    .upload_part()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(&id)
+                    .part_number(n)
+                    .body(ByteStream::from(body.slice_ref(chunk)))
+                    .send()
+                    .await
+                    .map_err(failure)?;
+                parts.push(
+                    CompletedPart::builder()
+                        .part_number(n)
+                        .set_e_tag(out.e_tag().map(str::to_string))
+                        .build(),
+                );
+            }
+            self.client
+                .complete_multipart_upload()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(&id)
+                .multipart_upload(
+                    CompletedMultipartUpload::builder()
+                        .set_parts(Some(parts))
+                        .build(),
+                )
+                .send()
+                .await
+                .map_err(failure)
+                .map(drop)
+        }
+        .await;
+        if result.is_err() {
+            let _ = self
+                .client
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(&id)
+                .send()
+                .await;
+        }
+        result
+    }
+
+    /// GET: the object's size and body, or None when it does not exist.
+    pub(crate) async fn get(&self, key: &str) -> Result<Option<(u64, ByteStream)>, SdkFailure> {
+        match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => {
+                let size = out.content_length().unwrap_or(0).max(0) as u64;
+                Ok(Some((size, out.body)))
+            }
+            Err(e) => {
+                let f = failure(e);
+                if f.status == Some(404) || f.message.contains("NoSuchKey") {
+                    Ok(None)
+                } else {
+                    Err(f)
+                }
+            }
+        }
+    }
+
+    /// HEAD.
+    pub(crate) async fn exists(&self, key: &str) -> Result<bool, SdkFailure> {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let f = failure(e);
+                if f.status == Some(404) {
+                    Ok(false)
+                } else {
+                    Err(f)
+                }
+            }
+        }
+    }
+
+    /// DELETE (a missing key is fine).
+    pub(crate) async fn delete(&self, key: &str) -> Result<(), SdkFailure> {
+        match self
+            .client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let f = failure(e);
+                if f.status == Some(404) {
+                    Ok(())
+                } else {
+                    Err(f)
+                }
+            }
+        }
+    }
+}
