@@ -125,17 +125,20 @@ fn rounds(report: &Value, field: &str) -> Vec<f64> {
         .collect()
 }
 
+/// "exit STATUS: last line of stderr" for a failed command.
+fn failure(out: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    format!(
+        "exit {}: {}",
+        out.status,
+        stderr.lines().last().unwrap_or("")
+    )
+}
+
 fn run_json(cmd: &mut Command) -> Result<Value, String> {
     let out = cmd.output().map_err(|e| e.to_string())?;
     if !out.status.success() {
-        return Err(format!(
-            "exit {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        ));
+        return Err(failure(&out));
     }
     serde_json::from_slice(&out.stdout).map_err(|e| format!("bad JSON: {e}"))
 }
@@ -170,14 +173,7 @@ fn run_nixl(
         .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        return Err(format!(
-            "exit {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        ));
+        return Err(failure(&out));
     }
     let line = text
         .lines()

@@ -86,6 +86,27 @@ async fn get(
         .map_err(|e| crate::CaseError::Failed(format!("read of {k} failed: {e}")))
 }
 
+/// Writes then reads one object made of `segs`; both results, for rejection checks.
+async fn write_then_read(
+    b: &DynBackend,
+    k: &ObjectKey,
+    segs: &[Slice],
+) -> (hicache_core::Result<()>, hicache_core::Result<ReadOutcome>) {
+    let mut w = b
+        .write(&[WriteItem {
+            key: k,
+            segments: segs,
+        }])
+        .await;
+    let mut r = b
+        .read(&[ReadItem {
+            key: k,
+            segments: segs,
+        }])
+        .await;
+    (w.pop().expect("one result"), r.pop().expect("one result"))
+}
+
 /// `info()` is self-consistent.
 pub async fn backend_info_is_consistent(env: &TrialEnv) -> CaseResult {
     let info = env.backend()?.info();
@@ -345,28 +366,14 @@ pub async fn backend_out_of_range_slice_rejected(env: &TrialEnv) -> CaseResult {
         buf.slice(3 * n, n),
         buf.slice(u64::MAX - n + 1, n),
     ] {
-        let segs = [s];
-        let r = b
-            .write(&[WriteItem {
-                key: &k,
-                segments: &segs,
-            }])
-            .await;
+        let (w, r) = write_then_read(&b, &k, &[s]).await;
         ensure!(
-            matches!(r[0], Err(Error::SliceOutOfRange { .. })),
-            "write {s:?} gave {:?}",
-            r[0]
+            matches!(w, Err(Error::SliceOutOfRange { .. })),
+            "write {s:?} gave {w:?}"
         );
-        let r = b
-            .read(&[ReadItem {
-                key: &k,
-                segments: &segs,
-            }])
-            .await;
         ensure!(
-            matches!(r[0], Err(Error::SliceOutOfRange { .. })),
-            "read {s:?} gave {:?}",
-            r[0]
+            matches!(r, Err(Error::SliceOutOfRange { .. })),
+            "read {s:?} gave {r:?}"
         );
     }
     ensure_eq!(
@@ -410,28 +417,14 @@ pub async fn backend_misaligned_slice_rejected(env: &TrialEnv) -> CaseResult {
     let buf = buffer(&b, 4 * a.max(4096))?;
     let k = key(env, "misaligned");
     for s in [buf.slice(1, a), buf.slice(0, a + 1), buf.slice(a / 2, a)] {
-        let segs = [s];
-        let r = b
-            .write(&[WriteItem {
-                key: &k,
-                segments: &segs,
-            }])
-            .await;
+        let (w, r) = write_then_read(&b, &k, &[s]).await;
         ensure!(
-            matches!(r[0], Err(Error::Misaligned { .. })),
-            "write {s:?} gave {:?}",
-            r[0]
+            matches!(w, Err(Error::Misaligned { .. })),
+            "write {s:?} gave {w:?}"
         );
-        let r = b
-            .read(&[ReadItem {
-                key: &k,
-                segments: &segs,
-            }])
-            .await;
         ensure!(
-            matches!(r[0], Err(Error::Misaligned { .. })),
-            "read {s:?} gave {:?}",
-            r[0]
+            matches!(r, Err(Error::Misaligned { .. })),
+            "read {s:?} gave {r:?}"
         );
     }
     ensure_eq!(
