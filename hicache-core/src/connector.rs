@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::key::{
     KvPart, Namespace, NamingScheme, ObjectKey, ObjectNamer, PageKey, StorageIdentity,
 };
-use crate::memory::{MemoryRegion, RegionId, Slice, align_up};
+use crate::memory::{Access, MemoryRegion, RegionId, Slice, align_up};
 use crate::pool::{HostPool, PoolGeometry};
 use crate::registry::{PluginRegistry, Selection};
 use crate::staging::StagingPool;
@@ -119,7 +119,7 @@ pub fn decide_mode(
             TransferMode::Bounce,
             format!(
                 "{} pages have {spans} spans and SGLang naming stores them as one flat page",
-                geometry.layout
+                geometry.layout()
             ),
         );
     }
@@ -129,7 +129,8 @@ pub fn decide_mode(
             TransferMode::Bounce,
             format!(
                 "a {} page has {spans} spans, more than the {} segments per object the backend takes",
-                geometry.layout, capability.max_segments
+                geometry.layout(),
+                capability.max_segments
             ),
         );
     }
@@ -250,11 +251,11 @@ struct Part {
 /// Everything fixed once a pool is registered.
 struct PoolState {
     backend: DynBackend,
-    pool: Arc<dyn HostPool>,
+    /// Kept so the pool lives as long as its registration.
+    _pool: Arc<dyn HostPool>,
     geometry: PoolGeometry,
-    /// Keeps the pool memory alive while registered.
-    _memory: Option<MemoryRegion>,
-    base: usize,
+    /// The pool's memory (None: anchor pool); the connector reaches it only through pins.
+    memory: Option<MemoryRegion>,
     pool_region: Option<RegionId>,
     mode: TransferMode,
     format: PageFormat,
@@ -282,10 +283,16 @@ impl fmt::Debug for PoolState {
 
 impl Drop for PoolState {
     fn drop(&mut self) {
-        if let Some(id) = self.pool_region.take()
-            && let Err(e) = self.backend.deregister(id)
-        {
-            tracing::debug!(error = %e, "deregistering the pool failed");
+        if let Some(id) = self.pool_region.take() {
+            if let Some(memory) = &self.memory {
+                // Backends end their I/O before a dropped call finishes dropping; a transfer
+                // that still pins the pool (an HTTP body being sent) is waited for, so the
+                // memory is never released under it.
+                memory.wait_idle_blocking();
+            }
+            if let Err(e) = self.backend.deregister(id) {
+                tracing::debug!(error = %e, "deregistering the pool failed");
+            }
         }
     }
 }
@@ -390,8 +397,9 @@ impl HiCache {
     /// Registers the host pool: decides the transfer mode (logged once, returned), registers
     /// memory, sets up staging. A second call replaces the previous pool.
     pub fn register_pool(&self, pool: Arc<dyn HostPool>) -> Result<PoolReport> {
+        // Read the pool's geometry and memory once: a HostPool is a safe trait and may not
+        // answer the same way twice.
         let geometry = *pool.geometry();
-        geometry.validate()?;
         let memory = pool.memory();
         if let Some(m) = &memory
             && m.len() < geometry.pool_bytes()
@@ -416,7 +424,7 @@ impl HiCache {
         let align = effective_alignment(&capability);
         let identity = &self.options.identity;
         let namespace = Namespace::new(identity, &geometry);
-        let namer = ObjectNamer::new(naming, &namespace, identity, &geometry.attention);
+        let namer = ObjectNamer::new(naming, &namespace, identity, &geometry.attention());
         let spans = geometry.spans_per_page();
         let parts = if naming == NamingScheme::Sglang && mode == TransferMode::ZeroCopy {
             (0..spans)
@@ -474,7 +482,7 @@ impl HiCache {
             (TransferMode::ZeroCopy, Some(m)) => Some(self.backend.register(m.clone())?),
             _ => None,
         };
-        let writer = !geometry.attention.is_rank_replicated() || identity.tp_rank == 0;
+        let writer = !geometry.attention().is_rank_replicated() || identity.tp_rank == 0;
         let report = PoolReport {
             mode,
             reason,
@@ -493,7 +501,7 @@ impl HiCache {
             backend = %self.info.name,
             mode = %report.mode,
             reason = %report.reason,
-            layout = %geometry.layout,
+            layout = %geometry.layout(),
             page_bytes = report.page_bytes,
             alignment = align,
             naming = %naming,
@@ -503,9 +511,8 @@ impl HiCache {
         );
         let state = PoolState {
             backend: self.backend.clone(),
-            base: memory.as_ref().map_or(0, |m| m.addr()),
-            _memory: memory,
-            pool,
+            memory,
+            _pool: pool,
             geometry,
             pool_region,
             mode,
@@ -531,9 +538,34 @@ impl HiCache {
         self.current().ok().map(|s| s.report.clone())
     }
 
-    /// Drops the pool registration and staging memory. Idempotent.
+    /// Drops the pool registration and staging memory, waiting (blocking the thread) for
+    /// transfers that still use them. Idempotent. Calls already running keep the pool they
+    /// started with until they return. In async code prefer [`HiCache::unregister_pool`].
     pub fn close(&self) {
         self.state.write().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    /// Unregisters the host pool: later calls fail with [`Error::PoolNotRegistered`], and
+    /// this returns once no transfer uses the pool's memory any more and it has been
+    /// deregistered from the backend, so the caller may free it. Idempotent.
+    pub async fn unregister_pool(&self) {
+        let state = self.state.write().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(state) = state else { return };
+        // Calls in progress hold the state: wait for them to return, then for any transfer
+        // that outlived its call, so dropping the state deregisters without blocking.
+        while Arc::strong_count(&state) > 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        if let Some(memory) = &state.memory {
+            memory.wait_idle().await;
+        }
+        for staging in [&state.write_staging, &state.read_staging]
+            .into_iter()
+            .flatten()
+        {
+            staging.wait_idle().await;
+        }
+        drop(state);
     }
 
     fn current(&self) -> Result<Arc<PoolState>> {
@@ -651,6 +683,21 @@ impl HiCache {
         keys: &[PageKey],
         pages: &[u64],
     ) -> Vec<Result<ReadOutcome>> {
+        if st.mode == TransferMode::ZeroCopy
+            && let Some(memory) = &st.memory
+        {
+            // A write whose call was dropped may still read these pages (an HTTP body being
+            // sent): wait for it instead of failing the read with MemoryBusy.
+            for (&page, part) in pages.iter().zip(std::iter::repeat(&st.parts)) {
+                for p in part {
+                    for span in st.span_slices(page, p) {
+                        memory
+                            .wait_available(span.offset, span.len, Access::Write)
+                            .await;
+                    }
+                }
+            }
+        }
         let lease = match lease(&st.read_staging).await {
             Ok(l) => l,
             Err(e) => return fail_all(keys.len(), &e),
@@ -702,16 +749,19 @@ impl HiCache {
             for (i, r) in page_results.iter_mut().enumerate() {
                 if matches!(r, Ok(ReadOutcome::Hit)) {
                     let slot = first_slot[i] + st.header_len;
-                    // SAFETY: the slot lies inside the leased chunk (slot < slots × slot_len)
-                    // and holds payload_len = page_bytes verified bytes.
-                    let res = unsafe {
-                        crate::pool::scatter_page_raw(
-                            st.pool.as_ref(),
+                    let res = st.memory.as_ref().map_or(Ok(()), |memory| {
+                        let payload = chunk.memory.source(
+                            slot,
+                            st.geometry.page_bytes(),
+                            "connector staging slot",
+                        )?;
+                        crate::pool::scatter_into(
+                            memory,
+                            &st.geometry,
                             pages[i],
-                            chunk.buf.as_ptr().add(slot as usize),
-                            st.geometry.page_bytes() as usize,
+                            payload.host_bytes()?,
                         )
-                    };
+                    });
                     if let Err(e) = res {
                         *r = Err(e);
                     }
@@ -884,19 +934,20 @@ impl PoolState {
             .take((part.spans.end - part.spans.start) as usize)
     }
 
-    /// Bytes of the host pool at a span.
-    ///
-    /// # Safety
-    /// The span must lie inside the pool (true for spans of a validated page), and no
-    /// transfer may be writing those bytes.
-    unsafe fn pool_bytes(&self, span: crate::pool::Span) -> &[u8] {
-        // SAFETY: upheld by the caller; the memory is kept alive by `_memory`.
-        unsafe {
-            std::slice::from_raw_parts(
-                (self.base + span.offset as usize) as *const u8,
-                span.len as usize,
-            )
-        }
+    /// Checksum of a part's spans in the host pool, read under pins.
+    fn pool_checksum(&self, page: u64, part: &Part) -> Result<u64> {
+        let memory = self.memory.as_ref().ok_or_else(|| Error::InvalidPool {
+            reason: "a pool without memory has no spans to checksum".into(),
+        })?;
+        let pinned = self
+            .span_slices(page, part)
+            .map(|s| memory.source(s.offset, s.len, "connector checksum"))
+            .collect::<Result<Vec<_>>>()?;
+        let bytes = pinned
+            .iter()
+            .map(|p| p.host_bytes())
+            .collect::<Result<Vec<_>>>()?;
+        Ok(envelope::checksum(bytes))
     }
 
     fn expected_header(&self, object: &ObjectKey, checksum: u64) -> Header {
@@ -930,12 +981,7 @@ impl PoolState {
             TransferMode::ZeroCopy => {
                 let region = self.pool_region.expect("zero-copy pools are registered");
                 if enveloped {
-                    // SAFETY: spans of a validated page lie inside the pool; the caller does
-                    // not modify a page while it is being written.
-                    let sum = envelope::checksum(
-                        self.span_slices(page, part)
-                            .map(|s| unsafe { self.pool_bytes(s) }),
-                    );
+                    let sum = self.pool_checksum(page, part)?;
                     let chunk = chunk.expect("enveloped zero-copy pools stage headers");
                     self.put_header(chunk, slot_off, object, sum)?;
                     segments.push(Slice::new(chunk.region, slot_off, self.header_len));
@@ -948,21 +994,20 @@ impl PoolState {
             TransferMode::Bounce | TransferMode::Anchor => {
                 let chunk = chunk.expect("bounce and anchor pools stage pages");
                 let payload_off = slot_off + self.header_len;
-                // SAFETY: payload_off + payload_len lies inside the slot, which lies inside
-                // the leased chunk; nobody else uses a leased chunk.
-                let payload = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        chunk.buf.as_ptr().add(payload_off as usize),
-                        self.payload_len as usize,
-                    )
-                };
-                if self.mode == TransferMode::Bounce {
-                    crate::pool::gather_page(self.pool.as_ref(), page, payload)?;
-                } else {
-                    payload.fill(0x01);
+                let mut slot =
+                    chunk
+                        .memory
+                        .target(payload_off, self.payload_len, "connector staging slot")?;
+                let payload = slot.host_bytes_mut()?;
+                match (&self.memory, self.mode) {
+                    (Some(memory), TransferMode::Bounce) => {
+                        crate::pool::gather_from(memory, &self.geometry, page, payload)?
+                    }
+                    _ => payload.fill(0x01),
                 }
                 if enveloped {
                     let sum = envelope::checksum([&*payload]);
+                    drop(slot);
                     self.put_header(chunk, slot_off, object, sum)?;
                 }
                 let slot_len = self.header_len + align_up(self.payload_len, self.align);
@@ -981,7 +1026,10 @@ impl PoolState {
     ) -> Result<()> {
         let mut fields = [0u8; HEADER_FIELDS_LEN];
         self.expected_header(object, sum).encode(&mut fields);
-        chunk.buf.copy_from(slot_off as usize, &fields)
+        chunk
+            .memory
+            .target(slot_off, HEADER_FIELDS_LEN as u64, "connector header slot")?
+            .copy_from(0, &fields)
     }
 
     fn stage_read(
@@ -1027,33 +1075,31 @@ impl PoolState {
             return Ok(());
         }
         let chunk = chunk.expect("enveloped pools stage headers");
+        let unreadable = |e: Error| MissReason::BadHeader {
+            detail: e.to_string(),
+        };
         let mut fields = [0u8; HEADER_FIELDS_LEN];
-        chunk
-            .buf
-            .copy_to(slot_off as usize, &mut fields)
-            .map_err(|e| MissReason::BadHeader {
-                detail: e.to_string(),
-            })?;
+        {
+            let head = chunk
+                .memory
+                .source(slot_off, HEADER_FIELDS_LEN as u64, "connector header slot")
+                .map_err(unreadable)?;
+            fields.copy_from_slice(head.host_bytes().map_err(unreadable)?);
+        }
         let header = Header::decode(&fields)?;
         header.check_identity(&self.expected_header(object, 0))?;
         let sum = match self.mode {
-            // SAFETY: spans of a validated page; the read into them has completed.
-            TransferMode::ZeroCopy => envelope::checksum(
-                self.span_slices(page, part)
-                    .map(|s| unsafe { self.pool_bytes(s) }),
-            ),
+            TransferMode::ZeroCopy => self.pool_checksum(page, part).map_err(unreadable)?,
             TransferMode::Bounce | TransferMode::Anchor => {
-                // SAFETY: the payload lies inside the leased slot and the read has completed.
-                let payload = unsafe {
-                    std::slice::from_raw_parts(
-                        chunk
-                            .buf
-                            .as_ptr()
-                            .add((slot_off + self.header_len) as usize),
-                        self.payload_len as usize,
+                let payload = chunk
+                    .memory
+                    .source(
+                        slot_off + self.header_len,
+                        self.payload_len,
+                        "connector staging slot",
                     )
-                };
-                envelope::checksum([payload])
+                    .map_err(unreadable)?;
+                envelope::checksum([payload.host_bytes().map_err(unreadable)?])
             }
         };
         if sum != header.checksum {
@@ -1106,7 +1152,7 @@ fn fail_all<T>(n: usize, e: &Error) -> Vec<Result<T>> {
 /// Validates host slots against the keys and the pool and returns one page index per key.
 fn host_pages(geometry: &PoolGeometry, keys: usize, slots: HostSlots<'_>) -> Result<Vec<u64>> {
     let out_of_pool = |what: String| Error::InvalidBatch {
-        reason: format!("{what} is outside the pool of {} pages", geometry.pages),
+        reason: format!("{what} is outside the pool of {} pages", geometry.pages()),
     };
     match slots {
         HostSlots::Pages(pages) => {
@@ -1115,13 +1161,13 @@ fn host_pages(geometry: &PoolGeometry, keys: usize, slots: HostSlots<'_>) -> Res
                     reason: format!("{keys} keys but {} host pages", pages.len()),
                 });
             }
-            if let Some(p) = pages.iter().find(|p| **p >= geometry.pages) {
+            if let Some(p) = pages.iter().find(|p| **p >= geometry.pages()) {
                 return Err(out_of_pool(format!("host page {p}")));
             }
             Ok(pages.to_vec())
         }
         HostSlots::Tokens(tokens) => {
-            let ps = geometry.page_tokens;
+            let ps = geometry.page_tokens();
             if tokens.len() as u64 != keys as u64 * ps {
                 return Err(Error::InvalidBatch {
                     reason: format!(
@@ -1144,7 +1190,7 @@ fn host_pages(geometry: &PoolGeometry, keys: usize, slots: HostSlots<'_>) -> Res
                         });
                     }
                     let p = first / ps;
-                    if p >= geometry.pages {
+                    if p >= geometry.pages() {
                         return Err(out_of_pool(format!("token index {first} (page {p})")));
                     }
                     Ok(p)

@@ -6,27 +6,24 @@
 /// memory named by slices of registrations. Each engine keeps its own submission model
 /// behind that call:
 ///
-/// - **io_uring (POSIX)**: `register` adds the region to the ring's fixed buffers when it
-///   fits (`IORING_REGISTER_BUFFERS`), otherwise keeps it for plain vectored ops. `write` /
-///   `read` turn the whole batch into SQEs (open, `WRITE_FIXED`/`READV`, …), submit them in
-///   one `io_uring_enter`, and complete the future when every CQE of the batch is reaped by
-///   the ring's completion thread. Short transfers are resubmitted for the remainder, never
-///   counted as success.
-/// - **object_store (OBJ)**: each item becomes one `put_opts` (conditional create) or ranged
-///   `get`, run concurrently up to the request limit with `buffer_unordered`; each HTTP
-///   outcome maps to that item's result (404 → miss, 5xx after retries → error).
-/// - **cuFile (GDS / GDS_MT)**: `register` calls `cuFileBufRegister` for device memory (and
-///   accepts host memory for the compat path). `write`/`read` use `cuFileBatchIOSubmit` with
-///   one `CUfileIOParams_t` per segment and `cuFileBatchIOGetStatus` for completion (GDS),
-///   or a worker pool issuing `cuFileRead`/`cuFileWrite` (GDS_MT).
-/// - **3FS usrbio**: `register` creates an `hf3fs_iov` over shared memory (`hf3fs_iovcreate`)
-///   for the region; a batch becomes `hf3fs_prep_io` per segment on an `hf3fs_ior`, one
-///   `hf3fs_submit_ios`, and `hf3fs_wait_for_ios` until all results arrive; each result's byte
-///   count is checked against the request.
-/// - **C-ABI plugins**: the versioned `#[repr(C)]` table exposes `submit(batch) -> handle`
-///   and `poll(handle, results*) -> pending|done`; the Rust adapter submits the batch and
-///   completes the future from a poll loop driven by a completion notification or timer, and
-///   copies per-item status codes into `Result`s.
+/// - **io_uring (POSIX)**: `register` puts the region in the ring's sparse fixed-buffer
+///   table (`IORING_REGISTER_BUFFERS_UPDATE`, best effort: up to 64 regions of at most 1 GiB). `write` / `read` turn each object into one
+///   linked SQE chain (open, `WRITE_FIXED`/`READ_FIXED` when the object is one segment of a
+///   fixed buffer, `WRITEV`/`READV` otherwise, close, rename); the ring thread submits and
+///   reaps them and completes the future when every chain has ended. A short transfer breaks
+///   its chain and is reported for that item, never counted as success.
+/// - **threads (POSIX)**: worker threads take items of the batch one by one and run blocking
+///   `pwritev`/`preadv`, continuing short transfers until the file ends.
+/// - **object_store (OBJ)**: each item becomes one `put_opts` (conditional create) or `get`,
+///   run concurrently up to the request limit with `buffered`; each HTTP outcome maps to that
+///   item's result (404 → miss, errors after retries → error).
+///
+/// Planned plugins map the same way: **cuFile (GDS / GDS_MT)** — `register` calls
+/// `cuFileBufRegister`, a batch becomes `cuFileBatchIOSubmit` with one `CUfileIOParams_t`
+/// per segment (GDS) or a worker pool issuing `cuFileRead`/`cuFileWrite` (GDS_MT); **3FS
+/// usrbio** — `register` creates an `hf3fs_iov`, a batch becomes `hf3fs_prep_io` per
+/// segment, one `hf3fs_submit_ios` and `hf3fs_wait_for_ios`; **C-ABI plugins** — a
+/// versioned `#[repr(C)]` table with `submit(batch) -> handle` and `poll(handle)`.
 ///
 /// Why batches and slices: one missing page must not fail 127 others (SGLang NIXL's
 /// all-or-nothing status), and "unregistered memory" must be a typed error before I/O, not
@@ -52,3 +49,34 @@ pub mod backend_design {}
 /// object — gets torn/corrupt/foreign detection without writing it again. An invalid object
 /// reads as a miss with a reason and is counted in [`Stats`](crate::Stats).
 pub mod transfer_modes {}
+
+/// # Memory: pins, cancellation and deregistration
+///
+/// Registered memory is reached only through **pins**. A backend pins every slice of a batch
+/// with [`RegionTable::source`](crate::RegionTable::source) (memory a storage write reads)
+/// or [`RegionTable::target`](crate::RegionTable::target) (memory a storage read fills)
+/// before it issues I/O; the connector pins host pages and staging slots the same way when
+/// it checksums, gathers or scatters them. A pin
+/// - keeps the region's memory alive (owned regions) and registered:
+///   [`RegionTable::remove`](crate::RegionTable::remove) refuses with
+///   [`Error::RegionBusy`](crate::Error::RegionBusy) while any pin is held;
+/// - enforces the data-race rule: read pins may overlap, a write pin overlaps nothing, and a
+///   pin that would break this is refused with
+///   [`Error::MemoryBusy`](crate::Error::MemoryBusy) instead of letting two transfers race.
+///
+/// **Dropped futures.** A plugin's `read`/`write` future may be dropped at any await point
+/// (an engine's timeout or `select!`). The contract: once the drop has returned, no byte of
+/// the batch's *target* memory changes any more, and an abandoned write has published a
+/// whole object or nothing. The POSIX engines meet it by marking the plan cancelled (items
+/// not started never start) and blocking in the drop until the syscalls already running have
+/// ended — at most one per worker thread or one chain per ring slot. Memory that an abandoned
+/// transfer still *reads* may stay pinned after the drop (OBJ hands pinned buffers to the
+/// HTTP client, which may still be sending them); the pins make that safe: the connector
+/// hands out a staging chunk only when nothing pins it, waits before a read lands in host
+/// pages that a write still reads, and `HiCache::unregister_pool` / dropping the connector
+/// wait for the last pin before deregistering.
+///
+/// The conformance cases `cancel_*` check all of this for every plugin: a thousand calls
+/// abandoned at random points over raw and enveloped pages, zero-copy and bounce pools, a
+/// deregistration racing I/O, and a dropped read watched for late writes.
+pub mod memory_contract {}

@@ -86,6 +86,37 @@ pub enum Error {
         region_len: u64,
     },
 
+    /// Memory that a transfer or copy would touch is in use by another transfer that
+    /// conflicts with it (two writers, or a writer and a reader, of the same bytes).
+    #[error(
+        "{what}: bytes [offset {offset}, len {len}] of a {region_len}-byte region are in use by another transfer ({held}); wait for that transfer to finish, or give each concurrent call its own pages"
+    )]
+    MemoryBusy {
+        /// Who asked (backend name, `connector`, `pool`).
+        what: String,
+        /// Offset of the requested range inside the region.
+        offset: u64,
+        /// Length of the requested range.
+        len: u64,
+        /// Length of the region.
+        region_len: u64,
+        /// What holds the bytes (a read or a write, and how many transfers hold the region).
+        held: String,
+    },
+
+    /// A registration cannot be released while transfers still use its memory.
+    #[error(
+        "backend {backend}: region {region} is still used by {in_flight} in-flight transfer(s); wait for them (HiCache::unregister_pool waits) before deregistering"
+    )]
+    RegionBusy {
+        /// The backend.
+        backend: String,
+        /// The region.
+        region: RegionId,
+        /// Transfers (pinned slices) still holding it.
+        in_flight: usize,
+    },
+
     /// Direct I/O would reject the request: an address, offset or length is not aligned.
     /// Raised before any I/O is issued.
     #[error(

@@ -237,7 +237,7 @@ impl Namespace {
             canon.push('\n');
         };
         field("model", &identity.model);
-        let replicated = geometry.attention.is_rank_replicated();
+        let replicated = geometry.attention().is_rank_replicated();
         if !replicated {
             field("tp_rank", &identity.tp_rank);
             field("tp_size", &identity.tp_size);
@@ -247,11 +247,11 @@ impl Namespace {
         field("pp_size", &identity.pp_size);
         field("cp_rank", &identity.cp_rank);
         field("cp_size", &identity.cp_size);
-        field("dtype", &geometry.dtype);
-        field("layout", &geometry.layout);
-        field("page_tokens", &geometry.page_tokens);
-        field("layers", &geometry.layers);
-        match geometry.attention {
+        field("dtype", &geometry.dtype());
+        field("layout", &geometry.layout());
+        field("page_tokens", &geometry.page_tokens());
+        field("layers", &geometry.layers());
+        match geometry.attention() {
             AttentionKind::Mha { kv_heads, head_dim } => {
                 field("kv_heads", &kv_heads);
                 field("head_dim", &head_dim);
@@ -453,12 +453,20 @@ mod tests {
             ..id.clone()
         };
         assert_ne!(base, Namespace::new(&tp, &mha(Layout::PageFirst)));
-        let mut fp8 = mha(Layout::PageFirst);
-        fp8.dtype = Dtype::Fp8E4m3;
-        assert_ne!(base, Namespace::new(&id, &fp8));
-        let mut ps = mha(Layout::PageFirst);
-        ps.page_tokens = 32;
-        assert_ne!(base, Namespace::new(&id, &ps));
+        let g = mha(Layout::PageFirst);
+        let with = |dtype, page_tokens| {
+            PoolGeometry::new(
+                g.attention(),
+                g.layers(),
+                dtype,
+                page_tokens,
+                g.layout(),
+                g.pages(),
+            )
+            .unwrap()
+        };
+        assert_ne!(base, Namespace::new(&id, &with(Dtype::Fp8E4m3, 16)));
+        assert_ne!(base, Namespace::new(&id, &with(Dtype::Bf16, 32)));
     }
 
     #[test]
@@ -486,7 +494,7 @@ mod tests {
         };
         let g = mha(Layout::PageFirst);
         let ns = Namespace::new(&id, &g);
-        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention);
+        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention());
         assert_eq!(
             namer.part_object(&key, KvPart::K).unwrap().as_str(),
             "H_Qwen-Qwen3-8B_0_2_k"
@@ -497,12 +505,12 @@ mod tests {
         );
         let id = StorageIdentity::single("deepseek-ai/DeepSeek-V3");
         let g = mla();
-        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention);
+        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention());
         assert_eq!(
             namer.part_object(&key, KvPart::K).unwrap().as_str(),
             "H_deepseek-ai-DeepSeek-V3_k"
         );
-        let hc = ObjectNamer::new(NamingScheme::Hicache, &ns, &id, &g.attention);
+        let hc = ObjectNamer::new(NamingScheme::Hicache, &ns, &id, &g.attention());
         assert_eq!(
             hc.page_object(&key).unwrap().as_str(),
             format!("H.{}", ns.short_hex())
@@ -515,7 +523,7 @@ mod tests {
         let id = StorageIdentity::single("../../etc");
         let g = mha(Layout::PageFirst);
         let ns = Namespace::new(&id, &g);
-        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention);
+        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention());
         assert!(namer.page_object(&key).is_err());
     }
 }

@@ -27,7 +27,10 @@ pub use connector::{
 pub use envelope::PageFormat;
 pub use error::{Error, Result};
 pub use key::{Namespace, NamingScheme, ObjectKey, PageKey, StorageIdentity};
-pub use memory::{AlignedBuf, MemKind, MemoryRegion, RegionId, RegionTable, ResolvedSlice, Slice};
+pub use memory::{
+    Access, AlignedBuf, HostBytes, MemKind, MemoryRegion, RegionId, RegionTable, Slice,
+    SourceSlice, TargetSlice,
+};
 pub use memory_backend::MemoryBackend;
 pub use pool::{AnchorPool, AttentionKind, Dtype, HostPool, Layout, MmapPool, PoolGeometry};
 pub use registry::{

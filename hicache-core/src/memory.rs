@@ -5,11 +5,13 @@
 //! the backend does not know is a typed error before any I/O, not a late runtime failure.
 
 use std::alloc::Layout;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+
+use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 
@@ -49,89 +51,425 @@ impl fmt::Display for MemKind {
 pub trait MemoryOwner: Send + Sync + 'static {}
 impl<T: Send + Sync + 'static> MemoryOwner for T {}
 
-/// A contiguous range of memory handed to a backend for transfers.
+/// How a transfer uses a range of memory: the data-race rule of registered memory.
 ///
-/// Cloning is cheap; the owner (if any) is kept alive by every clone.
-#[derive(Clone)]
-pub struct MemoryRegion {
+/// Any number of [`Access::Read`] pins may overlap; an [`Access::Write`] pin overlaps no other
+/// pin. A pin that would break the rule is refused with [`Error::MemoryBusy`] instead of
+/// letting two transfers race on the same bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// The bytes are read (the source of a storage write).
+    Read,
+    /// The bytes are written (the target of a storage read).
+    Write,
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Access::Read => "read",
+            Access::Write => "write",
+        })
+    }
+}
+
+/// The pinned ranges of one region.
+#[derive(Debug, Default)]
+struct PinSet {
+    /// (start, sequence) → (end, access).
+    ranges: BTreeMap<(u64, u64), (u64, Access)>,
+    next: u64,
+    /// Longest range ever pinned: bounds how far back an overlapping range may start.
+    longest: u64,
+}
+
+impl PinSet {
+    /// The access of a pinned range that `start..end` under `access` would conflict with.
+    fn conflict(&self, start: u64, end: u64, access: Access) -> Option<Access> {
+        let lo = start.saturating_sub(self.longest);
+        self.ranges
+            .range((lo, 0)..(end, 0))
+            .map(|(_, &(e, a))| (e, a))
+            .find(|&(e, a)| e > start && (access == Access::Write || a == Access::Write))
+            .map(|(_, a)| a)
+    }
+}
+
+struct RegionInner {
     addr: usize,
     len: u64,
     kind: MemKind,
+    pins: Mutex<PinSet>,
+    idle: Condvar,
+    released: Notify,
     _owner: Option<Arc<dyn MemoryOwner>>,
+}
+
+/// A contiguous range of memory handed to a backend for transfers.
+///
+/// Cloning is cheap and every clone is the same region: the owner (if any) and the pins are
+/// shared. Transfers and copies reach the bytes only through pins ([`MemoryRegion::source`],
+/// [`MemoryRegion::target`], or a backend's [`RegionTable`]), which keep the memory alive
+/// while they live, enforce the [`Access`] rule, and make
+/// [`RegionTable::remove`] refuse with [`Error::RegionBusy`] until the last one is dropped.
+#[derive(Clone)]
+pub struct MemoryRegion {
+    inner: Arc<RegionInner>,
 }
 
 impl fmt::Debug for MemoryRegion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryRegion")
-            .field("addr", &format_args!("{:#x}", self.addr))
-            .field("len", &self.len)
-            .field("kind", &self.kind)
+            .field("addr", &format_args!("{:#x}", self.inner.addr))
+            .field("len", &self.inner.len)
+            .field("kind", &self.inner.kind)
             .finish()
     }
 }
 
 impl MemoryRegion {
+    fn build(addr: usize, len: u64, kind: MemKind, owner: Option<Arc<dyn MemoryOwner>>) -> Self {
+        MemoryRegion {
+            inner: Arc::new(RegionInner {
+                addr,
+                len,
+                kind,
+                pins: Mutex::new(PinSet::default()),
+                idle: Condvar::new(),
+                released: Notify::new(),
+                _owner: owner,
+            }),
+        }
+    }
+
     /// A region over memory whose lifetime is tied to `owner`.
     ///
     /// # Safety
-    /// `addr..addr+len` must be valid for reads and writes of the given kind for as long as
-    /// `owner` lives, and nothing else may access bytes while a transfer on them is in flight.
+    /// - `addr..addr+len` must be valid for reads and writes of the given kind for as long as
+    ///   `owner` lives.
+    /// - While the region (any clone of it, or any pin taken from it) lives, those bytes may
+    ///   be accessed only through this region: no Rust reference to them, no other
+    ///   `MemoryRegion` over them, and no other code writing them.
     pub unsafe fn with_owner(
         addr: *mut u8,
         len: u64,
         kind: MemKind,
         owner: Arc<dyn MemoryOwner>,
     ) -> Self {
-        MemoryRegion {
-            addr: addr as usize,
-            len,
-            kind,
-            _owner: Some(owner),
-        }
+        Self::build(addr as usize, len, kind, Some(owner))
     }
 
     /// A region over memory owned elsewhere (an engine's tensor, cudaMalloc'd memory).
     ///
     /// # Safety
-    /// `addr..addr+len` must stay valid for reads and writes until the region is deregistered
-    /// from every backend it was registered with, and nothing else may access bytes while a
-    /// transfer on them is in flight.
+    /// - `addr..addr+len` must stay valid for reads and writes until every clone of the
+    ///   region is dropped and every backend it was registered with has deregistered it
+    ///   (deregistration fails with [`Error::RegionBusy`] while transfers still use it).
+    /// - Meanwhile those bytes may be accessed only through this region: no Rust reference to
+    ///   them, no other `MemoryRegion` over them, and no other code writing them.
     pub unsafe fn from_raw(addr: *mut u8, len: u64, kind: MemKind) -> Self {
-        MemoryRegion {
-            addr: addr as usize,
-            len,
-            kind,
-            _owner: None,
-        }
+        Self::build(addr as usize, len, kind, None)
     }
 
-    /// A region covering a whole aligned buffer, keeping the buffer alive.
-    pub fn from_aligned(buf: Arc<AlignedBuf>) -> Self {
-        let addr = buf.as_ptr();
+    /// A region that takes ownership of an aligned buffer.
+    pub fn from_aligned(mut buf: AlignedBuf) -> Self {
+        let addr = buf.as_mut_ptr();
         let len = buf.len() as u64;
-        // SAFETY: the Arc keeps the allocation alive for the region's lifetime; AlignedBuf
-        // hands out no references, so bytes are only touched through regions and raw copies.
-        unsafe { Self::with_owner(addr, len, MemKind::Host, buf) }
+        // SAFETY: the region owns the buffer, so nothing else can reach its bytes, and the
+        // allocation lives as long as the last clone or pin of the region.
+        unsafe { Self::with_owner(addr, len, MemKind::Host, Arc::new(buf)) }
     }
 
     /// Start address.
     pub fn addr(&self) -> usize {
-        self.addr
+        self.inner.addr
     }
 
     /// Length in bytes.
     pub fn len(&self) -> u64 {
-        self.len
+        self.inner.len
     }
 
     /// Whether the region is empty.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.inner.len == 0
     }
 
     /// Where the bytes live.
     pub fn kind(&self) -> MemKind {
-        self.kind
+        self.inner.kind
+    }
+
+    /// Whether two handles are the same region.
+    pub fn same_region(&self, other: &MemoryRegion) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Number of live pins (transfers and copies using the region).
+    pub fn in_flight(&self) -> usize {
+        self.lock_pins().ranges.len()
+    }
+
+    /// Pins `offset..offset+len` for reading. `what` names the caller in errors.
+    pub fn source(&self, offset: u64, len: u64, what: &str) -> Result<SourceSlice> {
+        self.pin(offset, len, Access::Read, || what.to_string())
+            .map(|pinned| SourceSlice { pinned })
+    }
+
+    /// Pins `offset..offset+len` for writing. `what` names the caller in errors.
+    pub fn target(&self, offset: u64, len: u64, what: &str) -> Result<TargetSlice> {
+        self.pin(offset, len, Access::Write, || what.to_string())
+            .map(|pinned| TargetSlice { pinned })
+    }
+
+    /// Waits (async) until no pin is held.
+    pub async fn wait_idle(&self) {
+        loop {
+            let mut released = std::pin::pin!(self.inner.released.notified());
+            released.as_mut().enable();
+            if self.in_flight() == 0 {
+                return;
+            }
+            released.await;
+        }
+    }
+
+    /// Waits (blocking the thread) until no pin is held.
+    pub fn wait_idle_blocking(&self) {
+        let mut pins = self.lock_pins();
+        while !pins.ranges.is_empty() {
+            pins = self
+                .inner
+                .idle
+                .wait(pins)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Waits (async) until `offset..offset+len` could be pinned for `access` (no conflicting
+    /// pin is held). Another caller may pin the range right after; the pin itself decides.
+    pub async fn wait_available(&self, offset: u64, len: u64, access: Access) {
+        let end = offset.saturating_add(len);
+        loop {
+            let mut released = std::pin::pin!(self.inner.released.notified());
+            released.as_mut().enable();
+            if self.lock_pins().conflict(offset, end, access).is_none() {
+                return;
+            }
+            released.await;
+        }
+    }
+
+    fn lock_pins(&self) -> std::sync::MutexGuard<'_, PinSet> {
+        self.inner.pins.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pin(
+        &self,
+        offset: u64,
+        len: u64,
+        access: Access,
+        what: impl Fn() -> String,
+    ) -> Result<Pinned> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| end <= self.inner.len)
+            .ok_or_else(|| Error::InvalidBatch {
+                reason: format!(
+                    "{}: [offset {offset}, len {len}] is outside a region of {} bytes",
+                    what(),
+                    self.inner.len
+                ),
+            })?;
+        let mut pins = self.lock_pins();
+        if let Some(held) = pins.conflict(offset, end, access) {
+            return Err(Error::MemoryBusy {
+                what: what(),
+                offset,
+                len,
+                region_len: self.inner.len,
+                held: format!(
+                    "asked to {access}, a transfer {} them; {} pin(s) on the region",
+                    match held {
+                        Access::Read => "reads",
+                        Access::Write => "writes",
+                    },
+                    pins.ranges.len()
+                ),
+            });
+        }
+        let key = (offset, pins.next);
+        pins.next += 1;
+        pins.longest = pins.longest.max(len);
+        pins.ranges.insert(key, (end, access));
+        drop(pins);
+        Ok(Pinned {
+            region: self.clone(),
+            key,
+            addr: self.inner.addr + offset as usize,
+            len: len as usize,
+        })
+    }
+}
+
+/// A pinned range: keeps its region alive and its bytes reserved until dropped.
+struct Pinned {
+    region: MemoryRegion,
+    key: (u64, u64),
+    addr: usize,
+    len: usize,
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let inner = &self.region.inner;
+        let mut pins = inner.pins.lock().unwrap_or_else(|e| e.into_inner());
+        pins.ranges.remove(&self.key);
+        let idle = pins.ranges.is_empty();
+        drop(pins);
+        if idle {
+            inner.idle.notify_all();
+        }
+        inner.released.notify_waiters();
+    }
+}
+
+impl fmt::Debug for Pinned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pinned")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .field("kind", &self.region.kind())
+            .finish()
+    }
+}
+
+macro_rules! pinned_accessors {
+    () => {
+        /// Start address.
+        pub fn addr(&self) -> usize {
+            self.pinned.addr
+        }
+
+        /// Length in bytes.
+        pub fn len(&self) -> usize {
+            self.pinned.len
+        }
+
+        /// Whether the range is empty.
+        pub fn is_empty(&self) -> bool {
+            self.pinned.len == 0
+        }
+
+        /// Where the bytes live.
+        pub fn kind(&self) -> MemKind {
+            self.pinned.region.kind()
+        }
+
+        /// The region the range belongs to.
+        pub fn region(&self) -> &MemoryRegion {
+            &self.pinned.region
+        }
+
+        /// The range as a raw pointer, for syscalls and DMA engines; valid while `self` lives.
+        pub fn as_ptr(&self) -> *const u8 {
+            self.pinned.addr as *const u8
+        }
+
+        /// The range as an iovec for vectored syscalls; valid while `self` lives.
+        pub fn iovec(&self) -> libc::iovec {
+            libc::iovec {
+                iov_base: self.pinned.addr as *mut libc::c_void,
+                iov_len: self.pinned.len,
+            }
+        }
+
+        /// The bytes, when they are host memory.
+        pub fn host_bytes(&self) -> Result<&[u8]> {
+            self.check_host()?;
+            // SAFETY: the pin keeps the memory alive and excludes every conflicting writer
+            // (the region's contract routes all access through pins); host memory is CPU
+            // addressable.
+            Ok(unsafe { std::slice::from_raw_parts(self.as_ptr(), self.pinned.len) })
+        }
+
+        fn check_host(&self) -> Result<()> {
+            match self.kind() {
+                MemKind::Host => Ok(()),
+                kind => Err(Error::Unsupported {
+                    backend: "memory".into(),
+                    operation: format!("CPU access to {kind} memory"),
+                }),
+            }
+        }
+    };
+}
+
+/// A range of registered memory pinned for reading: the source of a storage write.
+#[derive(Debug)]
+pub struct SourceSlice {
+    pinned: Pinned,
+}
+
+impl SourceSlice {
+    pinned_accessors!();
+
+    /// Turns a host range into an owner for zero-copy buffers (`bytes::Bytes::from_owner`):
+    /// the pin lives as long as the buffer.
+    pub fn into_host_bytes(self) -> Result<HostBytes> {
+        self.check_host()?;
+        Ok(HostBytes(self))
+    }
+}
+
+/// Pinned host bytes that can be shared as `&[u8]` for as long as they live.
+#[derive(Debug)]
+pub struct HostBytes(SourceSlice);
+
+impl AsRef<[u8]> for HostBytes {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: checked to be host memory when built; pinned for reading.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr(), self.0.len()) }
+    }
+}
+
+/// A range of registered memory pinned for writing: the target of a storage read.
+#[derive(Debug)]
+pub struct TargetSlice {
+    pinned: Pinned,
+}
+
+impl TargetSlice {
+    pinned_accessors!();
+
+    /// The range as a raw mutable pointer, for syscalls and DMA engines.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.pinned.addr as *mut u8
+    }
+
+    /// The bytes, mutably, when they are host memory.
+    pub fn host_bytes_mut(&mut self) -> Result<&mut [u8]> {
+        self.check_host()?;
+        // SAFETY: the write pin excludes every other pin on these bytes, the memory is alive
+        // while the pin lives, and `&mut self` makes this the only reference.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), self.pinned.len) })
+    }
+
+    /// Copies `src` into the range at `at`.
+    pub fn copy_from(&mut self, at: usize, src: &[u8]) -> Result<()> {
+        let len = self.pinned.len;
+        let dst = self.host_bytes_mut()?;
+        let end = at
+            .checked_add(src.len())
+            .filter(|&e| e <= len)
+            .ok_or_else(|| Error::InvalidBatch {
+                reason: format!(
+                    "copy of {} bytes at offset {at} exceeds a pinned range of {len} bytes",
+                    src.len()
+                ),
+            })?;
+        dst[at..end].copy_from_slice(src);
+        Ok(())
     }
 }
 
@@ -157,28 +495,12 @@ impl Slice {
     }
 }
 
-/// A slice resolved against its registration: an address a backend can hand to the OS.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ResolvedSlice {
-    /// Start address.
-    pub addr: usize,
-    /// Length in bytes.
-    pub len: usize,
-    /// Where the bytes live.
-    pub kind: MemKind,
-}
-
-impl ResolvedSlice {
-    /// The bytes as a raw pointer.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.addr as *mut u8
-    }
-}
-
-/// The bookkeeping of registrations every backend needs: ids, lookup, bounds checks.
+/// The bookkeeping of registrations every backend needs: ids, lookup, bounds checks, pins.
 ///
-/// Backends embed one and call [`RegionTable::resolve`] on every slice of a batch before
-/// issuing I/O; the errors it returns name the backend, region, offset and length.
+/// Backends embed one and pin every slice of a batch with [`RegionTable::source`] (memory a
+/// storage write reads) or [`RegionTable::target`] (memory a storage read fills) before
+/// issuing I/O, and keep the pins until the I/O has ended — also when the caller's future
+/// was dropped. The errors name the backend, region, offset and length.
 #[derive(Debug)]
 pub struct RegionTable {
     backend: String,
@@ -206,16 +528,25 @@ impl RegionTable {
         id
     }
 
-    /// Removes a region; an unknown id is an error naming it.
+    /// Removes a region. An unknown id is [`Error::UnregisteredRegion`]; a region that
+    /// transfers still use is [`Error::RegionBusy`] and stays registered.
     pub fn remove(&self, id: RegionId) -> Result<MemoryRegion> {
-        self.regions
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id)
-            .ok_or_else(|| Error::UnregisteredRegion {
+        let mut regions = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        let region = regions.get(&id).ok_or_else(|| Error::UnregisteredRegion {
+            backend: self.backend.clone(),
+            region: id,
+        })?;
+        // Pins are taken under the table's read lock (see `pin`), so none can appear while
+        // the write lock is held.
+        let in_flight = region.in_flight();
+        if in_flight > 0 {
+            return Err(Error::RegionBusy {
                 backend: self.backend.clone(),
                 region: id,
-            })
+                in_flight,
+            });
+        }
+        Ok(regions.remove(&id).expect("present: checked above"))
     }
 
     /// The region behind an id.
@@ -237,8 +568,75 @@ impl RegionTable {
         self.len() == 0
     }
 
-    /// Checks that `slice` lies inside a live registration and returns its address.
-    pub fn resolve(&self, slice: &Slice) -> Result<ResolvedSlice> {
+    /// Pins `slice` for reading (the source of a storage write).
+    pub fn source(&self, slice: &Slice) -> Result<SourceSlice> {
+        self.pin(slice, Access::Read)
+            .map(|pinned| SourceSlice { pinned })
+    }
+
+    /// Pins `slice` for writing (the target of a storage read).
+    pub fn target(&self, slice: &Slice) -> Result<TargetSlice> {
+        self.pin(slice, Access::Write)
+            .map(|pinned| TargetSlice { pinned })
+    }
+
+    /// [`RegionTable::source`], also checking address and length against a direct-I/O
+    /// alignment.
+    pub fn source_aligned(&self, slice: &Slice, align: u64, what: &str) -> Result<SourceSlice> {
+        let s = self.source(slice)?;
+        check_aligned(&self.backend, what, s.addr() as u64, s.len() as u64, align)?;
+        Ok(s)
+    }
+
+    /// [`RegionTable::target`], also checking address and length against a direct-I/O
+    /// alignment.
+    pub fn target_aligned(&self, slice: &Slice, align: u64, what: &str) -> Result<TargetSlice> {
+        let t = self.target(slice)?;
+        check_aligned(&self.backend, what, t.addr() as u64, t.len() as u64, align)?;
+        Ok(t)
+    }
+
+    /// Copies the bytes of `segments`, in order, into one buffer (host memory only).
+    pub fn gather(&self, segments: &[Slice]) -> Result<Vec<u8>> {
+        let pinned = segments
+            .iter()
+            .map(|s| self.source(s))
+            .collect::<Result<Vec<_>>>()?;
+        let total = pinned.iter().map(SourceSlice::len).sum();
+        let mut out = Vec::with_capacity(total);
+        for p in &pinned {
+            out.extend_from_slice(p.host_bytes()?);
+        }
+        Ok(out)
+    }
+
+    /// Copies `data` into `segments`, in order (host memory only). `data` must be exactly as
+    /// long as the segments together.
+    pub fn scatter(&self, segments: &[Slice], data: &[u8]) -> Result<()> {
+        let mut pinned = segments
+            .iter()
+            .map(|s| self.target(s))
+            .collect::<Result<Vec<_>>>()?;
+        let total: usize = pinned.iter().map(TargetSlice::len).sum();
+        if total != data.len() {
+            return Err(Error::InvalidBatch {
+                reason: format!(
+                    "backend {}: {} bytes to scatter into segments of {total} bytes",
+                    self.backend,
+                    data.len()
+                ),
+            });
+        }
+        let mut at = 0;
+        for p in &mut pinned {
+            let n = p.len();
+            p.copy_from(0, &data[at..at + n])?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    fn pin(&self, slice: &Slice, access: Access) -> Result<Pinned> {
         let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
         let region = regions
             .get(&slice.region)
@@ -247,27 +645,18 @@ impl RegionTable {
                 region: slice.region,
             })?;
         let end = slice.offset.checked_add(slice.len);
-        if end.is_none_or(|end| end > region.len) {
+        if end.is_none_or(|end| end > region.len()) {
             return Err(Error::SliceOutOfRange {
                 backend: self.backend.clone(),
                 region: slice.region,
                 offset: slice.offset,
                 len: slice.len,
-                region_len: region.len,
+                region_len: region.len(),
             });
         }
-        Ok(ResolvedSlice {
-            addr: region.addr + slice.offset as usize,
-            len: slice.len as usize,
-            kind: region.kind,
+        region.pin(slice.offset, slice.len, access, || {
+            format!("backend {}, region {}", self.backend, slice.region)
         })
-    }
-
-    /// Resolves a slice and checks address and length against a direct-I/O alignment.
-    pub fn resolve_aligned(&self, slice: &Slice, align: u64, what: &str) -> Result<ResolvedSlice> {
-        let r = self.resolve(slice)?;
-        check_aligned(&self.backend, what, r.addr as u64, r.len as u64, align)?;
-        Ok(r)
     }
 }
 
@@ -296,18 +685,17 @@ pub const fn align_up(n: u64, align: u64) -> u64 {
 
 /// An owned, zeroed, aligned heap buffer: the one type for direct-I/O staging memory.
 ///
-/// It hands out no references; bytes move in and out through [`AlignedBuf::copy_from`] and
-/// [`AlignedBuf::copy_to`] or through a [`MemoryRegion`], so a buffer shared with a backend
-/// never aliases a Rust reference.
+/// It behaves like a `Box<[u8]>` with an alignment: `&self` reads, `&mut self` writes. To
+/// hand it to a backend, move it into a region with [`MemoryRegion::from_aligned`]; from
+/// then on its bytes are reached only through the region's pins.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     layout: Layout,
 }
 
-// SAFETY: AlignedBuf owns its allocation exclusively and exposes it only through raw copies
-// whose callers uphold the no-concurrent-access rule documented on MemoryRegion.
+// SAFETY: AlignedBuf owns its allocation exclusively, like Box<[u8]>.
 unsafe impl Send for AlignedBuf {}
-// SAFETY: as above; &AlignedBuf gives no access to the bytes without raw-pointer copies.
+// SAFETY: shared references only read the bytes; writes need `&mut self`.
 unsafe impl Sync for AlignedBuf {}
 
 impl fmt::Debug for AlignedBuf {
@@ -336,7 +724,12 @@ impl AlignedBuf {
     }
 
     /// Start address.
-    pub fn as_ptr(&self) -> *mut u8 {
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Start address, for writing.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
@@ -355,40 +748,42 @@ impl AlignedBuf {
         self.layout.align()
     }
 
-    /// Copies `src` into the buffer at `offset`.
-    ///
-    /// # Panics
-    /// Never: an out-of-range copy is an error.
-    pub fn copy_from(&self, offset: usize, src: &[u8]) -> Result<()> {
-        self.check_range(offset, src.len())?;
-        // SAFETY: range checked above; the buffer is exclusively ours and src cannot overlap
-        // it because we never hand out references into it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.as_ptr().add(offset), src.len())
-        };
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the allocation holds len() initialised (zeroed) bytes owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len()) }
+    }
+
+    /// The bytes, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len()) }
+    }
+
+    /// Copies `src` into the buffer at `offset`; an out-of-range copy is an error.
+    pub fn copy_from(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        let range = self.range(offset, src.len())?;
+        self.as_mut_slice()[range].copy_from_slice(src);
         Ok(())
     }
 
-    /// Copies bytes at `offset` out into `dst`.
+    /// Copies bytes at `offset` out into `dst`; an out-of-range copy is an error.
     pub fn copy_to(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.check_range(offset, dst.len())?;
-        // SAFETY: range checked above; dst is a distinct &mut borrow, so no overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
-        };
+        let range = self.range(offset, dst.len())?;
+        dst.copy_from_slice(&self.as_slice()[range]);
         Ok(())
     }
 
-    fn check_range(&self, offset: usize, len: usize) -> Result<()> {
-        if offset.checked_add(len).is_none_or(|end| end > self.len()) {
-            return Err(Error::InvalidBatch {
+    fn range(&self, offset: usize, len: usize) -> Result<std::ops::Range<usize>> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(offset..end),
+            _ => Err(Error::InvalidBatch {
                 reason: format!(
                     "copy of {len} bytes at offset {offset} exceeds aligned buffer of {} bytes",
                     self.len()
                 ),
-            });
+            }),
         }
-        Ok(())
     }
 }
 
@@ -403,15 +798,22 @@ impl Drop for AlignedBuf {
 mod tests {
     use super::*;
 
-    #[test]
-    fn resolve_checks_registration_and_bounds() {
+    fn table_with(len: usize) -> (RegionTable, RegionId, usize) {
         let table = RegionTable::new("TEST");
-        let buf = Arc::new(AlignedBuf::zeroed(8192, 4096).unwrap());
-        let id = table.insert(MemoryRegion::from_aligned(buf.clone()));
-        let ok = table.resolve(&Slice::new(id, 4096, 4096)).unwrap();
-        assert_eq!(ok.addr, buf.as_ptr() as usize + 4096);
+        let region = MemoryRegion::from_aligned(AlignedBuf::zeroed(len, 4096).unwrap());
+        let addr = region.addr();
+        let id = table.insert(region);
+        (table, id, addr)
+    }
 
-        let err = table.resolve(&Slice::new(id, 4096, 4097)).unwrap_err();
+    #[test]
+    fn pins_check_registration_and_bounds() {
+        let (table, id, addr) = table_with(8192);
+        let ok = table.source(&Slice::new(id, 4096, 4096)).unwrap();
+        assert_eq!(ok.addr(), addr + 4096);
+        drop(ok);
+
+        let err = table.source(&Slice::new(id, 4096, 4097)).unwrap_err();
         assert!(matches!(
             err,
             Error::SliceOutOfRange {
@@ -421,9 +823,9 @@ mod tests {
                 ..
             }
         ));
-        let err = table.resolve(&Slice::new(id, u64::MAX, 2)).unwrap_err();
+        let err = table.target(&Slice::new(id, u64::MAX, 2)).unwrap_err();
         assert!(matches!(err, Error::SliceOutOfRange { .. }));
-        let err = table.resolve(&Slice::new(RegionId(99), 0, 1)).unwrap_err();
+        let err = table.source(&Slice::new(RegionId(99), 0, 1)).unwrap_err();
         assert!(matches!(
             err,
             Error::UnregisteredRegion {
@@ -434,34 +836,121 @@ mod tests {
 
         table.remove(id).unwrap();
         assert!(matches!(
-            table.resolve(&Slice::new(id, 0, 1)),
+            table.source(&Slice::new(id, 0, 1)),
             Err(Error::UnregisteredRegion { .. })
         ));
         assert!(table.remove(id).is_err());
     }
 
     #[test]
-    fn alignment_checks() {
+    fn readers_share_writers_exclude() {
+        let (table, id, _) = table_with(8192);
+        let r1 = table.source(&Slice::new(id, 0, 4096)).unwrap();
+        let r2 = table.source(&Slice::new(id, 100, 200)).unwrap();
+        let err = table.target(&Slice::new(id, 4000, 200)).unwrap_err();
+        assert!(
+            matches!(err, Error::MemoryBusy { offset: 4000, .. }),
+            "{err}"
+        );
+        // Adjacent ranges do not conflict.
+        let w = table.target(&Slice::new(id, 4096, 4096)).unwrap();
+        assert!(matches!(
+            table.source(&Slice::new(id, 8191, 1)),
+            Err(Error::MemoryBusy { .. })
+        ));
+        drop((r1, r2));
+        let w2 = table.target(&Slice::new(id, 0, 4096)).unwrap();
+        drop((w, w2));
+        assert_eq!(table.get(id).unwrap().in_flight(), 0);
+    }
+
+    #[test]
+    fn deregistering_a_pinned_region_is_busy_until_the_pin_drops() {
+        let (table, id, _) = table_with(4096);
+        let region = table.get(id).unwrap();
+        let pin = table.target(&Slice::new(id, 0, 4096)).unwrap();
+        let err = table.remove(id).unwrap_err();
+        assert!(
+            matches!(err, Error::RegionBusy { in_flight: 1, .. }),
+            "{err}"
+        );
+        let waiter = std::thread::spawn(move || region.wait_idle_blocking());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop(pin);
+        waiter.join().unwrap();
+        table.remove(id).unwrap();
+    }
+
+    #[test]
+    fn a_pin_keeps_owned_memory_alive_after_removal_of_every_handle() {
+        let (table, id, _) = table_with(4096);
+        let mut pin = table.target(&Slice::new(id, 0, 16)).unwrap();
+        drop(table);
+        pin.copy_from(0, &[7; 16]).unwrap();
+        assert_eq!(pin.host_bytes().unwrap(), &[7; 16]);
+        assert!(pin.copy_from(8, &[1; 9]).is_err());
+        assert!(pin.copy_from(usize::MAX, &[1]).is_err());
+    }
+
+    #[test]
+    fn gather_and_scatter_round_trip() {
+        let (table, id, _) = table_with(8192);
+        let segs = [Slice::new(id, 4096, 3), Slice::new(id, 0, 2)];
+        table.scatter(&segs, &[1, 2, 3, 4, 5]).unwrap();
+        assert_eq!(table.gather(&segs).unwrap(), vec![1, 2, 3, 4, 5]);
+        assert!(table.scatter(&segs, &[1, 2]).is_err());
+        assert_eq!(table.get(id).unwrap().in_flight(), 0);
+    }
+
+    #[test]
+    fn device_memory_has_no_cpu_view() {
         let table = RegionTable::new("TEST");
-        let buf = Arc::new(AlignedBuf::zeroed(8192, 4096).unwrap());
-        let id = table.insert(MemoryRegion::from_aligned(buf));
+        // SAFETY: the address is never dereferenced: device memory refuses CPU access.
+        let region = unsafe {
+            MemoryRegion::from_raw(0x1000 as *mut u8, 4096, MemKind::Device { device: 0 })
+        };
+        let id = table.insert(region);
+        let s = table.source(&Slice::new(id, 0, 4096)).unwrap();
+        assert!(matches!(s.host_bytes(), Err(Error::Unsupported { .. })));
+        assert!(s.into_host_bytes().is_err());
+    }
+
+    #[tokio::test]
+    async fn wait_available_returns_once_the_conflict_is_gone() {
+        let (table, id, _) = table_with(4096);
+        let region = table.get(id).unwrap();
+        let pin = table.target(&Slice::new(id, 0, 100)).unwrap();
+        // No conflict: returns at once.
+        region.wait_available(100, 100, Access::Write).await;
+        let r = region.clone();
+        let waiter = tokio::spawn(async move { r.wait_available(50, 10, Access::Read).await });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        drop(pin);
+        waiter.await.unwrap();
+        region.wait_idle().await;
+    }
+
+    #[test]
+    fn alignment_checks() {
+        let (table, id, _) = table_with(8192);
         assert!(
             table
-                .resolve_aligned(&Slice::new(id, 0, 4096), 4096, "s")
+                .source_aligned(&Slice::new(id, 0, 4096), 4096, "s")
                 .is_ok()
         );
         let err = table
-            .resolve_aligned(&Slice::new(id, 1, 4096), 4096, "segment 0 of key k")
+            .source_aligned(&Slice::new(id, 1, 4096), 4096, "segment 0 of key k")
             .unwrap_err();
         assert!(err.to_string().contains("segment 0 of key k"), "{err}");
         assert!(
             table
-                .resolve_aligned(&Slice::new(id, 0, 100), 4096, "s")
+                .target_aligned(&Slice::new(id, 0, 100), 4096, "s")
                 .is_err()
         );
         assert!(
             table
-                .resolve_aligned(&Slice::new(id, 1, 100), 1, "s")
+                .target_aligned(&Slice::new(id, 1, 100), 1, "s")
                 .is_ok()
         );
         assert_eq!(align_up(1, 4096), 4096);
@@ -471,7 +960,7 @@ mod tests {
 
     #[test]
     fn aligned_buf_copies_are_bounds_checked() {
-        let buf = AlignedBuf::zeroed(100, 4096).unwrap();
+        let mut buf = AlignedBuf::zeroed(100, 4096).unwrap();
         assert_eq!(buf.as_ptr() as usize % 4096, 0);
         buf.copy_from(90, &[7; 10]).unwrap();
         let mut out = [0u8; 10];

@@ -14,7 +14,7 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
-use crate::memory::{MemKind, MemoryRegion, RegionId, RegionTable, ResolvedSlice, Slice};
+use crate::memory::{MemKind, MemoryRegion, RegionId, RegionTable};
 
 const NAME: &str = "MEMORY";
 
@@ -83,34 +83,17 @@ impl MemoryBackend {
         names
     }
 
-    fn resolve_all(&self, key: &ObjectKey, segments: &[Slice]) -> Result<Vec<ResolvedSlice>> {
-        segments
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let r = self.regions.resolve_aligned(
-                    s,
-                    self.alignment,
-                    &format!("segment {i} of {key}"),
-                )?;
-                if r.kind != MemKind::Host {
-                    return Err(Error::Unsupported {
-                        backend: NAME.into(),
-                        operation: format!("{} memory", r.kind),
-                    });
-                }
-                Ok(r)
-            })
-            .collect()
+    fn what(key: &ObjectKey, i: usize) -> String {
+        format!("segment {i} of {key}")
     }
 
     fn write_one(&self, item: &WriteItem<'_>) -> Result<()> {
-        let parts = self.resolve_all(item.key, item.segments)?;
         let mut bytes = Vec::with_capacity(item.len() as usize);
-        for p in &parts {
-            // SAFETY: resolve checked the slice lies in a live registration; the registrant
-            // guarantees no concurrent writes while the transfer runs.
-            bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(p.as_ptr(), p.len) });
+        for (i, s) in item.segments.iter().enumerate() {
+            let src = self
+                .regions
+                .source_aligned(s, self.alignment, &Self::what(item.key, i))?;
+            bytes.extend_from_slice(src.host_bytes()?);
         }
         self.objects
             .write()
@@ -120,7 +103,15 @@ impl MemoryBackend {
     }
 
     fn read_one(&self, item: &ReadItem<'_>) -> Result<ReadOutcome> {
-        let parts = self.resolve_all(item.key, item.segments)?;
+        let mut targets = item
+            .segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                self.regions
+                    .target_aligned(s, self.alignment, &Self::what(item.key, i))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let object = self
             .objects
             .read()
@@ -138,10 +129,10 @@ impl MemoryBackend {
             }));
         }
         let mut at = 0;
-        for p in &parts {
-            // SAFETY: as in write_one; the destination is a live registration of p.len bytes.
-            unsafe { std::ptr::copy_nonoverlapping(object[at..].as_ptr(), p.as_ptr(), p.len) };
-            at += p.len;
+        for t in &mut targets {
+            let n = t.len();
+            t.copy_from(0, &object[at..at + n])?;
+            at += n;
         }
         Ok(ReadOutcome::Hit)
     }

@@ -174,20 +174,18 @@ pub struct Span {
 }
 
 /// Shape and layout of a host KV pool.
+///
+/// Built only through [`PoolGeometry::new`], which validates every dimension and proves
+/// that every size derived from it fits the address space; the fields are read through
+/// accessors, so a geometry can never be invalid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct PoolGeometry {
-    /// MHA or MLA, with head shape.
-    pub attention: AttentionKind,
-    /// Layers held by this rank.
-    pub layers: u64,
-    /// Element type.
-    pub dtype: Dtype,
-    /// Tokens per page.
-    pub page_tokens: u64,
-    /// Byte order of the buffer.
-    pub layout: Layout,
-    /// Pages in the pool.
-    pub pages: u64,
+    attention: AttentionKind,
+    layers: u64,
+    dtype: Dtype,
+    page_tokens: u64,
+    layout: Layout,
+    pages: u64,
 }
 
 impl PoolGeometry {
@@ -212,7 +210,50 @@ impl PoolGeometry {
         Ok(g)
     }
 
-    /// Checks the geometry (also for values built by hand).
+    /// MHA or MLA, with head shape.
+    pub fn attention(&self) -> AttentionKind {
+        self.attention
+    }
+
+    /// Layers held by this rank.
+    pub fn layers(&self) -> u64 {
+        self.layers
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// Tokens per page.
+    pub fn page_tokens(&self) -> u64 {
+        self.page_tokens
+    }
+
+    /// Byte order of the buffer.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// Pages in the pool.
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    /// The same geometry with another page count (validated again).
+    pub fn with_pages(&self, pages: u64) -> Result<Self> {
+        Self::new(
+            self.attention,
+            self.layers,
+            self.dtype,
+            self.page_tokens,
+            self.layout,
+            pages,
+        )
+    }
+
+    /// Checks the geometry. [`PoolGeometry::new`] runs it; it stays public for callers that
+    /// want to re-check one that crossed an API boundary.
     pub fn validate(&self) -> Result<()> {
         let invalid = |reason: String| Err(Error::InvalidPool { reason });
         if self.layers == 0 || self.page_tokens == 0 || self.pages == 0 {
@@ -363,16 +404,17 @@ pub trait HostPool: Send + Sync + fmt::Debug {
     fn geometry(&self) -> &PoolGeometry;
 
     /// The memory holding the pool's bytes (`pool_bytes()` long), or `None` for a logical
-    /// anchor pool that has no KV bytes.
+    /// anchor pool that has no KV bytes. Every call returns a clone of the same region, so
+    /// pins taken through one handle guard the bytes for all.
     fn memory(&self) -> Option<MemoryRegion>;
 }
 
-/// Checks that `region` is big enough for `geometry` and is host memory.
-fn checked_memory(pool: &dyn HostPool) -> Result<MemoryRegion> {
-    let region = pool.memory().ok_or_else(|| Error::InvalidPool {
+/// Checks that the pool's memory is big enough for its geometry and is host memory.
+fn checked_memory(region: Option<MemoryRegion>, geometry: &PoolGeometry) -> Result<MemoryRegion> {
+    let region = region.ok_or_else(|| Error::InvalidPool {
         reason: "an anchor pool has no bytes to copy".into(),
     })?;
-    let need = pool.geometry().pool_bytes();
+    let need = geometry.pool_bytes();
     if region.len() < need {
         return Err(Error::InvalidPool {
             reason: format!(
@@ -390,79 +432,57 @@ fn checked_memory(pool: &dyn HostPool) -> Result<MemoryRegion> {
 }
 
 /// Copies page `page` into `dst` in flat-page order (`dst.len()` must be `page_bytes()`).
+///
+/// The pool's geometry and memory are read once. The page's spans are pinned for reading,
+/// so a transfer writing them makes this an [`Error::MemoryBusy`], never a torn copy.
 pub fn gather_page(pool: &dyn HostPool, page: u64, dst: &mut [u8]) -> Result<()> {
-    // SAFETY: dst is an exclusive borrow of dst.len() bytes.
-    unsafe { gather_page_raw(pool, page, dst.as_mut_ptr(), dst.len()) }
+    let geometry = *pool.geometry();
+    let region = checked_memory(pool.memory(), &geometry)?;
+    gather_from(&region, &geometry, page, dst)
 }
 
 /// Copies a flat page from `src` into page `page` (`src.len()` must be `page_bytes()`).
+///
+/// The page's spans are pinned for writing, so a transfer using them makes this an
+/// [`Error::MemoryBusy`].
 pub fn scatter_page(pool: &dyn HostPool, page: u64, src: &[u8]) -> Result<()> {
-    // SAFETY: src is a shared borrow of src.len() bytes.
-    unsafe { scatter_page_raw(pool, page, src.as_ptr(), src.len()) }
+    let geometry = *pool.geometry();
+    let region = checked_memory(pool.memory(), &geometry)?;
+    scatter_into(&region, &geometry, page, src)
 }
 
-/// [`gather_page`] into raw memory (bounce slots).
-///
-/// # Safety
-/// `dst..dst+len` must be valid for writes and not overlap the pool.
-pub unsafe fn gather_page_raw(
-    pool: &dyn HostPool,
+/// [`gather_page`] for a region and geometry already checked by the caller.
+pub(crate) fn gather_from(
+    region: &MemoryRegion,
+    geometry: &PoolGeometry,
     page: u64,
-    dst: *mut u8,
-    len: usize,
+    dst: &mut [u8],
 ) -> Result<()> {
-    // SAFETY: forwarded from the caller.
-    unsafe { copy_page(pool, page, dst, len, Direction::OutOfPool) }
-}
-
-/// [`scatter_page`] from raw memory (bounce slots).
-///
-/// # Safety
-/// `src..src+len` must be valid for reads and not overlap the pool.
-pub unsafe fn scatter_page_raw(
-    pool: &dyn HostPool,
-    page: u64,
-    src: *const u8,
-    len: usize,
-) -> Result<()> {
-    // SAFETY: forwarded from the caller; the flat buffer is only read in this direction.
-    unsafe { copy_page(pool, page, src.cast_mut(), len, Direction::IntoPool) }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Direction {
-    OutOfPool,
-    IntoPool,
-}
-
-/// Copies between page `page`'s spans and a flat buffer, in flat-page order.
-///
-/// # Safety
-/// `flat..flat+len` must be valid for the access `direction` implies and must not overlap the
-/// pool.
-unsafe fn copy_page(
-    pool: &dyn HostPool,
-    page: u64,
-    flat: *mut u8,
-    len: usize,
-    direction: Direction,
-) -> Result<()> {
-    let region = checked_memory(pool)?;
-    let g = pool.geometry();
-    check_flat_len(g, len)?;
+    check_flat_len(geometry, dst.len())?;
     let mut at = 0usize;
-    for span in g.page_spans(page)? {
-        let in_pool = (region.addr() + span.offset as usize) as *mut u8;
-        // SAFETY: span lies inside the pool (page < pages, region.len() >= pool_bytes()), the
-        // flat buffer has page_bytes() bytes (checked) and the caller guarantees no overlap.
-        unsafe {
-            let (from, to) = match direction {
-                Direction::OutOfPool => (in_pool.cast_const(), flat.add(at)),
-                Direction::IntoPool => (flat.add(at).cast_const(), in_pool),
-            };
-            std::ptr::copy_nonoverlapping(from, to, span.len as usize);
-        }
-        at += span.len as usize;
+    for span in geometry.page_spans(page)? {
+        let src = region.source(span.offset, span.len, "host pool")?;
+        let bytes = src.host_bytes()?;
+        dst[at..at + bytes.len()].copy_from_slice(bytes);
+        at += bytes.len();
+    }
+    Ok(())
+}
+
+/// [`scatter_page`] for a region and geometry already checked by the caller.
+pub(crate) fn scatter_into(
+    region: &MemoryRegion,
+    geometry: &PoolGeometry,
+    page: u64,
+    src: &[u8],
+) -> Result<()> {
+    check_flat_len(geometry, src.len())?;
+    let mut at = 0usize;
+    for span in geometry.page_spans(page)? {
+        let mut dst = region.target(span.offset, span.len, "host pool")?;
+        let n = dst.len();
+        dst.copy_from(0, &src[at..at + n])?;
+        at += n;
     }
     Ok(())
 }
@@ -487,18 +507,19 @@ struct Mapping {
 /// A host pool in an anonymous, page-aligned, pre-faulted mmap (SGLang's `alloc_mmap`).
 ///
 /// Pre-faulting (`MADV_POPULATE_WRITE`, or touching every page) keeps first-touch faults out
-/// of transfers and benchmarks.
+/// of transfers and benchmarks. Its bytes are reached only through its one
+/// [`MemoryRegion`], so [`MmapPool::write_bytes`] and [`MmapPool::read_bytes`] pin what they
+/// touch and fail with [`Error::MemoryBusy`] rather than race a transfer.
 pub struct MmapPool {
     geometry: PoolGeometry,
-    mapping: Arc<Mapping>,
-    addr: usize,
+    region: MemoryRegion,
 }
 
 impl fmt::Debug for MmapPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MmapPool")
             .field("geometry", &self.geometry)
-            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("addr", &format_args!("{:#x}", self.region.addr()))
             .finish()
     }
 }
@@ -506,8 +527,12 @@ impl fmt::Debug for MmapPool {
 impl MmapPool {
     /// Maps and pre-faults a zeroed pool for `geometry`.
     pub fn new(geometry: PoolGeometry) -> Result<Self> {
-        geometry.validate()?;
-        let len = geometry.pool_bytes() as usize;
+        let len = usize::try_from(geometry.pool_bytes()).map_err(|_| Error::InvalidPool {
+            reason: format!(
+                "a pool of {} bytes does not fit the address space",
+                geometry.pool_bytes()
+            ),
+        })?;
         let mut map = memmap2::MmapOptions::new()
             .len(len)
             .map_anon()
@@ -515,56 +540,41 @@ impl MmapPool {
                 reason: format!("mmap of {len} bytes failed: {e}"),
             })?;
         prefault(&mut map);
-        let addr = map.as_mut_ptr() as usize;
-        Ok(MmapPool {
-            geometry,
-            mapping: Arc::new(Mapping { _map: map }),
-            addr,
-        })
+        let addr = map.as_mut_ptr();
+        // SAFETY: the mapping is `len` bytes, lives as long as the region's owner (the map
+        // itself), and no reference to it is kept: the map moves into the region and every
+        // access goes through the region's pins.
+        let region = unsafe {
+            MemoryRegion::with_owner(
+                addr,
+                len as u64,
+                MemKind::Host,
+                Arc::new(Mapping { _map: map }),
+            )
+        };
+        Ok(MmapPool { geometry, region })
     }
 
     /// Copies `bytes` into the pool at `offset` (test and fill helper).
     pub fn write_bytes(&self, offset: u64, bytes: &[u8]) -> Result<()> {
-        self.check_range(offset, bytes.len())?;
-        // SAFETY: range checked; the mapping is alive (self holds it); callers must not run
-        // transfers on these bytes concurrently (MemoryRegion contract).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                (self.addr + offset as usize) as *mut u8,
-                bytes.len(),
-            )
-        };
-        Ok(())
+        let mut dst = self
+            .region
+            .target(offset, bytes.len() as u64, "MmapPool::write_bytes")?;
+        dst.copy_from(0, bytes)
     }
 
     /// Copies pool bytes at `offset` into `out`.
     pub fn read_bytes(&self, offset: u64, out: &mut [u8]) -> Result<()> {
-        self.check_range(offset, out.len())?;
-        // SAFETY: as in write_bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (self.addr + offset as usize) as *const u8,
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        };
-        Ok(())
-    }
-
-    fn check_range(&self, offset: u64, len: usize) -> Result<()> {
-        let total = self.geometry.pool_bytes();
-        if offset.checked_add(len as u64).is_none_or(|end| end > total) {
-            return Err(Error::InvalidBatch {
-                reason: format!("{len} bytes at offset {offset} exceed the pool of {total} bytes"),
-            });
-        }
+        let src = self
+            .region
+            .source(offset, out.len() as u64, "MmapPool::read_bytes")?;
+        out.copy_from_slice(src.host_bytes()?);
         Ok(())
     }
 
     /// Base address (page-aligned).
     pub fn base(&self) -> usize {
-        self.addr
+        self.region.addr()
     }
 }
 
@@ -574,16 +584,7 @@ impl HostPool for MmapPool {
     }
 
     fn memory(&self) -> Option<MemoryRegion> {
-        // SAFETY: the mapping lives as long as the Arc handed to the region; the pool is
-        // pool_bytes() long.
-        Some(unsafe {
-            MemoryRegion::with_owner(
-                self.addr as *mut u8,
-                self.geometry.pool_bytes(),
-                MemKind::Host,
-                self.mapping.clone(),
-            )
-        })
+        Some(self.region.clone())
     }
 }
 

@@ -115,7 +115,8 @@ async fn round_trip_every_layout_and_mode_with_guards() {
                 );
                 let ctx = format!(
                     "align {align} tokens {page_tokens} {} {:?} {naming} anchor {anchor}",
-                    geometry.layout, geometry.attention
+                    geometry.layout(),
+                    geometry.attention()
                 );
                 if anchor {
                     let report = cache
@@ -536,10 +537,7 @@ async fn batches_larger_than_staging_are_chunked() {
             .with_max_slots_per_chunk(5)
             .with_staging_chunk_bytes(1 << 20);
         let cache = HiCache::with_backend(backend, config, options).unwrap();
-        let geometry = PoolGeometry {
-            pages: 300,
-            ..mha(Layout::PageFirst, page_tokens)
-        };
+        let geometry = mha(Layout::PageFirst, page_tokens).with_pages(300).unwrap();
         let pool = Arc::new(MmapPool::new(geometry).unwrap());
         cache.register_pool(pool.clone()).unwrap();
         let ks = keys("big", 150);
@@ -567,10 +565,7 @@ fn concurrent_threads_on_overlapping_keys_stay_correct() {
         let cache = Arc::new(
             BlockingHiCache::new(HiCache::with_backend(backend, config, options).unwrap()).unwrap(),
         );
-        let geometry = PoolGeometry {
-            pages: 64,
-            ..mha(Layout::PageFirst, page_tokens)
-        };
+        let geometry = mha(Layout::PageFirst, page_tokens).with_pages(64).unwrap();
         let pool = Arc::new(MmapPool::new(geometry).unwrap());
         cache.register_pool(pool.clone()).unwrap();
         let ks = keys("t", 8);

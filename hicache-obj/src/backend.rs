@@ -6,9 +6,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use hicache_core::{
-    BackendInfo, BackendKind, Capability, Error, MemKind, MemoryRegion, MissReason, ObjectKey,
-    ReadItem, ReadOutcome, RegionId, RegionTable, ResolvedSlice, Result, Slice, StorageBackend,
-    Usage, WriteItem,
+    BackendInfo, BackendKind, Capability, Error, HostBytes, MemKind, MemoryRegion, MissReason,
+    ObjectKey, ReadItem, ReadOutcome, RegionId, RegionTable, Result, Slice, StorageBackend,
+    TargetSlice, Usage, WriteItem,
 };
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;
@@ -20,31 +20,16 @@ use object_store::{
 use crate::NAME;
 use crate::config::{ObjConfig, Target};
 
-/// Registered host memory seen as `Bytes` without copying: the region keeps it alive.
-struct RegisteredBytes {
-    _region: MemoryRegion,
-    slice: ResolvedSlice,
-}
-
-impl AsRef<[u8]> for RegisteredBytes {
-    fn as_ref(&self) -> &[u8] {
-        // SAFETY: the slice was resolved against a live registration whose memory the region
-        // clone keeps alive (owned regions) or whose registrant guarantees it until
-        // deregistration; the connector does not modify pages while they are being written.
-        unsafe { std::slice::from_raw_parts(self.slice.as_ptr(), self.slice.len) }
-    }
-}
-
-/// Copies a streamed body into the segments of a read, in order.
+/// Copies a streamed body into the pinned segments of a read, in order.
 struct Scatter<'a> {
-    parts: &'a [(MemoryRegion, ResolvedSlice)],
+    parts: &'a mut [TargetSlice],
     seg: usize,
     at: usize,
     received: u64,
 }
 
 impl<'a> Scatter<'a> {
-    fn new(parts: &'a [(MemoryRegion, ResolvedSlice)]) -> Self {
+    fn new(parts: &'a mut [TargetSlice]) -> Self {
         Scatter {
             parts,
             seg: 0,
@@ -54,25 +39,23 @@ impl<'a> Scatter<'a> {
     }
 
     /// Copies `data` in; false when the body is longer than the segments.
-    fn push(&mut self, mut data: &[u8]) -> bool {
+    fn push(&mut self, mut data: &[u8]) -> Result<bool> {
         while !data.is_empty() {
-            let Some((_, dst)) = self.parts.get(self.seg) else {
+            let Some(dst) = self.parts.get_mut(self.seg) else {
                 self.received += data.len() as u64;
-                return false;
+                return Ok(false);
             };
-            let n = (dst.len - self.at).min(data.len());
-            // SAFETY: dst lies in a live registration (resolved before the request) and
-            // `at + n` stays within it; nothing else writes these bytes during the read.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr().add(self.at), n) };
+            let n = (dst.len() - self.at).min(data.len());
+            dst.copy_from(self.at, &data[..n])?;
             self.at += n;
             self.received += n as u64;
             data = &data[n..];
-            if self.at == dst.len {
+            if self.at == dst.len() {
                 self.seg += 1;
                 self.at = 0;
             }
         }
-        true
+        Ok(true)
     }
 }
 
@@ -206,45 +189,29 @@ impl ObjBackend {
         }
     }
 
-    fn resolve(&self, segments: &[Slice]) -> Result<Vec<(MemoryRegion, ResolvedSlice)>> {
+    /// Pins the segments of a write for reading, as host bytes.
+    fn sources(&self, segments: &[Slice]) -> Result<Vec<HostBytes>> {
         segments
             .iter()
-            .map(|s| {
-                let r = self.regions.resolve(s)?;
-                if r.kind != MemKind::Host {
-                    return Err(Error::Unsupported {
-                        backend: NAME.into(),
-                        operation: format!("{} memory", r.kind),
-                    });
-                }
-                let region =
-                    self.regions
-                        .get(s.region)
-                        .ok_or_else(|| Error::UnregisteredRegion {
-                            backend: NAME.into(),
-                            region: s.region,
-                        })?;
-                Ok((region, r))
-            })
+            .map(|s| self.regions.source(s)?.into_host_bytes())
             .collect()
     }
 
+    /// Pins the segments of a read for writing.
+    fn targets(&self, segments: &[Slice]) -> Result<Vec<TargetSlice>> {
+        segments.iter().map(|s| self.regions.target(s)).collect()
+    }
+
     async fn write_one(&self, key: &ObjectKey, segments: &[Slice]) -> Result<()> {
-        let parts = self.resolve(segments)?;
+        let parts = self.sources(segments)?;
         #[cfg(feature = "aws-sdk")]
         if let Some(sdk) = &self.sdk {
             return self.sdk_write(sdk, key, &parts).await;
         }
-        let total: u64 = parts.iter().map(|(_, s)| s.len as u64).sum();
-        let chunks: Vec<Bytes> = parts
-            .into_iter()
-            .map(|(region, slice)| {
-                Bytes::from_owner(RegisteredBytes {
-                    _region: region,
-                    slice,
-                })
-            })
-            .collect();
+        let total: u64 = parts.iter().map(|p| p.as_ref().len() as u64).sum();
+        // Zero-copy: each buffer owns its pin, so the memory stays reserved for as long as
+        // the HTTP client holds the body, also after this future is dropped.
+        let chunks: Vec<Bytes> = parts.into_iter().map(Bytes::from_owner).collect();
         let path = self.path(key);
         if total > self.cfg.multipart_threshold {
             return self.write_multipart(&path, chunks, total).await;
@@ -317,11 +284,11 @@ impl ObjBackend {
     }
 
     async fn read_one(&self, key: &ObjectKey, segments: &[Slice]) -> Result<ReadOutcome> {
-        let parts = self.resolve(segments)?;
-        let expected: u64 = parts.iter().map(|(_, s)| s.len as u64).sum();
+        let mut parts = self.targets(segments)?;
+        let expected: u64 = parts.iter().map(|s| s.len() as u64).sum();
         #[cfg(feature = "aws-sdk")]
         if let Some(sdk) = &self.sdk {
-            return self.sdk_read(sdk, key, &parts, expected).await;
+            return self.sdk_read(sdk, key, &mut parts, expected).await;
         }
         let result = match self
             .store
@@ -342,13 +309,13 @@ impl ObjBackend {
         }
         // Copy each received chunk straight into its place in the segments.
         let mut stream = result.into_stream();
-        let mut scatter = Scatter::new(&parts);
+        let mut scatter = Scatter::new(&mut parts);
         while let Some(chunk) = stream
             .try_next()
             .await
             .map_err(|e| store_error("get body", key, e))?
         {
-            if !scatter.push(&chunk) {
+            if !scatter.push(&chunk)? {
                 break;
             }
         }
@@ -400,13 +367,12 @@ impl ObjBackend {
         &self,
         sdk: &crate::sdk::SdkClient,
         key: &ObjectKey,
-        parts: &[(MemoryRegion, ResolvedSlice)],
+        parts: &[HostBytes],
     ) -> Result<()> {
-        let total: usize = parts.iter().map(|(_, s)| s.len).sum();
+        let total: usize = parts.iter().map(|p| p.as_ref().len()).sum();
         let mut body = Vec::with_capacity(total);
-        for (_, s) in parts {
-            // SAFETY: resolved against a live registration; not modified during the write.
-            body.extend_from_slice(unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len) });
+        for p in parts {
+            body.extend_from_slice(p.as_ref());
         }
         let body = Bytes::from(body);
         let path = self.path(key);
@@ -435,7 +401,7 @@ impl ObjBackend {
         &self,
         sdk: &crate::sdk::SdkClient,
         key: &ObjectKey,
-        parts: &[(MemoryRegion, ResolvedSlice)],
+        parts: &mut [TargetSlice],
         expected: u64,
     ) -> Result<ReadOutcome> {
         let Some((size, mut body)) = sdk
@@ -457,7 +423,7 @@ impl ObjBackend {
             .await
             .map_err(|e| Error::backend(NAME, format!("get body {key}: {e}")))?
         {
-            if !scatter.push(&chunk) {
+            if !scatter.push(&chunk)? {
                 break;
             }
         }

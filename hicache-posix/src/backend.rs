@@ -15,7 +15,7 @@ use crate::NAME;
 use crate::config::{EngineChoice, PosixConfig};
 use crate::fsinfo::{self, FsInfo};
 use crate::io::Root;
-use crate::plan::{OpKind, Outcome, Plan};
+use crate::plan::{Held, OpKind, Outcome, Plan};
 use crate::threads::ThreadEngine;
 use crate::uring::UringEngine;
 
@@ -193,14 +193,16 @@ impl PosixBackend {
         (r.dir, bucket_name(r.bucket))
     }
 
-    /// Resolves and checks each segment; pushes iovecs into `iov`.
-    fn resolve_segments(
+    /// Pins and checks each segment (for reading when writing an object, for writing when
+    /// reading one); pushes its iovec into `iov` and its pin into `pins`.
+    fn pin_segments(
         &self,
+        kind: OpKind,
         key: &ObjectKey,
         segments: &[Slice],
         align: u64,
         iov: &mut Vec<libc::iovec>,
-        keep: &mut Vec<(RegionId, Option<MemoryRegion>)>,
+        pins: &mut Vec<Held>,
     ) -> Result<()> {
         if segments.len() > MAX_SEGMENTS as usize {
             return Err(Error::InvalidBatch {
@@ -211,8 +213,20 @@ impl PosixBackend {
             });
         }
         for (i, s) in segments.iter().enumerate() {
-            let r = self.regions.resolve(s)?;
-            if align > 1 && (r.addr as u64 % align != 0 || r.len as u64 % align != 0) {
+            let (held, v) = match kind {
+                OpKind::Write => {
+                    let p = self.regions.source(s)?;
+                    let v = p.iovec();
+                    (Held::Source(p), v)
+                }
+                _ => {
+                    let p = self.regions.target(s)?;
+                    let v = p.iovec();
+                    (Held::Target(p), v)
+                }
+            };
+            let (addr, len) = (v.iov_base as u64, v.iov_len as u64);
+            if align > 1 && (addr % align != 0 || len % align != 0) {
                 return Err(Error::Misaligned {
                     backend: NAME.into(),
                     what: format!(
@@ -220,25 +234,20 @@ impl PosixBackend {
                         s.region, s.offset
                     ),
                     align,
-                    addr: r.addr as u64,
-                    len: r.len as u64,
+                    addr,
+                    len,
                 });
             }
-            if !keep.iter().any(|(id, _)| *id == s.region) {
-                keep.push((s.region, self.regions.get(s.region)));
-            }
-            iov.push(libc::iovec {
-                iov_base: r.as_ptr().cast(),
-                iov_len: r.len,
-            });
+            iov.push(v);
+            pins.push(held);
         }
         Ok(())
     }
 
     fn transfer_plan(&self, kind: OpKind, items: &[(&ObjectKey, &[Slice])]) -> Plan {
         let mut plan = Plan::new(kind, self.sync, items.len());
-        let mut keep = Vec::new();
         let mut iov = Vec::with_capacity(4);
+        let mut pins = Vec::with_capacity(4);
         for (key, segments) in items {
             iov.clear();
             let route = self.route(key);
@@ -247,17 +256,19 @@ impl PosixBackend {
             } else {
                 1
             };
-            match self.resolve_segments(key, segments, align, &mut iov, &mut keep) {
+            match self.pin_segments(kind, key, segments, align, &mut iov, &mut pins) {
                 Ok(()) => {
                     let single = (segments.len() == 1).then(|| segments[0].region.0);
-                    plan.push(key.as_str(), route, &iov, single)
+                    plan.push(key.as_str(), route, &iov, single);
+                    for p in pins.drain(..) {
+                        plan.hold(p);
+                    }
                 }
-                Err(e) => plan.push_failed(e),
-            }
-        }
-        for (_, region) in keep.into_iter() {
-            if let Some(r) = region {
-                plan.keep_alive(r);
+                Err(e) => {
+                    // An item that fails keeps no pin: its memory is not touched.
+                    pins.clear();
+                    plan.push_failed(e);
+                }
             }
         }
         plan
@@ -395,6 +406,8 @@ impl StorageBackend for PosixBackend {
     }
 
     fn deregister(&self, id: RegionId) -> Result<()> {
+        // Refused with RegionBusy while a plan pins the region, so the ring never loses a
+        // fixed buffer that a chain in flight uses.
         let region = self.regions.remove(id)?;
         if let Engine::Uring(u) = &self.engine {
             // The ring must let go of the buffer before the memory can be released.

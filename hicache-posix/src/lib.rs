@@ -3,6 +3,7 @@
 
 mod backend;
 mod config;
+mod flight;
 mod fsinfo;
 mod io;
 mod plan;

@@ -2,8 +2,9 @@
 //! iovecs in one array, routes, and one result slot per item.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use hicache_core::{Error, MemoryRegion, ReadOutcome, Result};
+use hicache_core::{Error, ReadOutcome, Result, SourceSlice, TargetSlice};
 
 use crate::NAME;
 use crate::io::{self, IoFailure, Root};
@@ -25,6 +26,15 @@ pub(crate) enum Outcome {
     Exists(bool),
 }
 
+/// A pin a plan holds on the memory its iovecs point into.
+#[derive(Debug)]
+pub(crate) enum Held {
+    /// Memory a write reads.
+    Source(#[allow(dead_code)] SourceSlice),
+    /// Memory a read fills.
+    Target(#[allow(dead_code)] TargetSlice),
+}
+
 /// One batch, owned, so engine threads can run it after the caller's borrow ends.
 #[derive(Debug)]
 pub(crate) struct Plan {
@@ -41,13 +51,15 @@ pub(crate) struct Plan {
     /// exactly one segment.
     pub(crate) single_region: Vec<Option<u64>>,
     results: Vec<Mutex<Option<Result<Outcome>>>>,
-    /// Keeps owned memory alive while I/O may still run (a dropped future does not cancel
-    /// I/O already handed to an engine).
-    _keepalive: Vec<MemoryRegion>,
+    /// Set when the caller's future was dropped: items not started yet are skipped.
+    cancelled: AtomicBool,
+    /// Pins on every range the iovecs point into: the memory stays alive, registered and
+    /// reserved until the engine has ended every item and calls [`Plan::release`].
+    pins: Mutex<Vec<Held>>,
 }
 
-// SAFETY: the iovecs point into registered memory whose validity until deregistration is the
-// registrant's contract (and whose owners `_keepalive` holds); nothing else in Plan is
+// SAFETY: the iovecs point into ranges pinned by `pins` until every item has ended (engines
+// release them only then, and no item starts afterwards); nothing else in Plan is
 // thread-bound.
 unsafe impl Send for Plan {}
 // SAFETY: as above; result slots are mutexes, written by the one thread running an item.
@@ -66,7 +78,8 @@ impl Plan {
             prepared: Vec::with_capacity(items),
             single_region: Vec::with_capacity(items),
             results: Vec::with_capacity(items),
-            _keepalive: Vec::new(),
+            cancelled: AtomicBool::new(false),
+            pins: Mutex::new(Vec::with_capacity(items * 3)),
         }
     }
 
@@ -111,8 +124,29 @@ impl Plan {
         *self.results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
     }
 
-    pub(crate) fn keep_alive(&mut self, region: MemoryRegion) {
-        self._keepalive.push(region);
+    /// Keeps a pin for as long as the plan lives.
+    pub(crate) fn hold(&mut self, pin: Held) {
+        self.pins
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(pin);
+    }
+
+    /// Drops the pins once no item runs any more; engines call it before reporting the plan
+    /// done, so a caller that sees the end also sees its memory released.
+    pub(crate) fn release(&self) {
+        let pins = std::mem::take(&mut *self.pins.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(pins);
+    }
+
+    /// Skips every item not started yet (the caller stopped waiting).
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+    }
+
+    /// Whether the caller stopped waiting.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -134,6 +168,10 @@ impl Plan {
         if !self.prepared[i] {
             return;
         }
+        if self.is_cancelled() {
+            self.set(i, Err(cancelled()));
+            return;
+        }
         let (root, bucket) = self.routes[i];
         let root = &roots[root];
         let name = self.name(i);
@@ -147,6 +185,11 @@ impl Plan {
         };
         self.set(i, result.map_err(to_error));
     }
+}
+
+/// The result of an item that never started because its call was dropped.
+pub(crate) fn cancelled() -> Error {
+    Error::backend(NAME, "the call was dropped before this item started")
 }
 
 /// A failed syscall as the core error, naming the operation and the path.

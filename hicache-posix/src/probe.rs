@@ -83,9 +83,9 @@ fn round_trip(dir: &Path, align: u64, direct: bool) -> std::io::Result<()> {
     ));
     let c = fsinfo::cstring(&path)?;
     let len = (2 * align.max(4096)) as usize;
-    let out = AlignedBuf::zeroed(len, align.max(4096) as usize)
+    let mut out = AlignedBuf::zeroed(len, align.max(4096) as usize)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let back = AlignedBuf::zeroed(len, align.max(4096) as usize)
+    let mut back = AlignedBuf::zeroed(len, align.max(4096) as usize)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     let pattern: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
     out.copy_from(0, &pattern)
@@ -108,7 +108,7 @@ fn round_trip(dir: &Path, align: u64, direct: bool) -> std::io::Result<()> {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: as above.
-        let r = unsafe { libc::pread(fd.as_raw_fd(), back.as_ptr().cast(), len, 0) };
+        let r = unsafe { libc::pread(fd.as_raw_fd(), back.as_mut_ptr().cast(), len, 0) };
         if r < 0 {
             return Err(std::io::Error::last_os_error());
         }

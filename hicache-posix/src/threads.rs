@@ -9,8 +9,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use tokio::sync::oneshot;
-
+use crate::flight::Completion;
 use crate::io::Root;
 use crate::plan::Plan;
 
@@ -18,7 +17,7 @@ struct Batch {
     plan: Arc<Plan>,
     next: AtomicUsize,
     workers_left: AtomicUsize,
-    done: Mutex<Option<oneshot::Sender<()>>>,
+    done: Completion,
 }
 
 impl Batch {
@@ -30,10 +29,14 @@ impl Batch {
             }
             self.plan.run_item(i, roots);
         }
-        if self.workers_left.fetch_sub(1, Ordering::AcqRel) == 1
-            && let Some(tx) = self.done.lock().unwrap_or_else(|e| e.into_inner()).take()
-        {
-            let _ = tx.send(());
+        self.leave(1);
+    }
+
+    /// `n` workers are done with the batch (or will never take it).
+    fn leave(&self, n: usize) {
+        if self.workers_left.fetch_sub(n, Ordering::AcqRel) == n {
+            self.plan.release();
+            self.done.finish();
         }
     }
 }
@@ -83,29 +86,33 @@ impl ThreadEngine {
         self.workers.len()
     }
 
-    /// Runs every item of `plan`; completes when all are done.
+    /// Runs every item of `plan`; completes when all are done. Dropping the future skips
+    /// the items not started and waits for those running (see [`crate::flight`]).
     pub(crate) async fn run(&self, plan: Arc<Plan>) {
         if plan.len() == 0 {
             return;
         }
         let fanout = plan.len().min(self.workers.len());
-        let (done_tx, done_rx) = oneshot::channel();
         let batch = Arc::new(Batch {
             plan,
             next: AtomicUsize::new(0),
             workers_left: AtomicUsize::new(fanout),
-            done: Mutex::new(Some(done_tx)),
+            done: Completion::default(),
         });
         {
             let guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(tx) = guard.as_ref() else { return };
-            for _ in 0..fanout {
-                if tx.send(batch.clone()).is_err() {
-                    return;
+            let mut sent = 0;
+            if let Some(tx) = guard.as_ref() {
+                while sent < fanout && tx.send(batch.clone()).is_ok() {
+                    sent += 1;
                 }
             }
+            if sent < fanout {
+                // The workers are gone (engine shutting down): never wait for them.
+                batch.leave(fanout - sent);
+            }
         }
-        let _ = done_rx.await;
+        batch.done.wait(&batch.plan).await;
     }
 }
 

@@ -25,13 +25,12 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::NAME;
+use crate::flight::Completion;
+use crate::io::{PathBuf4k, Root};
+use crate::plan::{self, OpKind, Outcome, Plan};
 use hicache_core::{Error, MissReason, ReadOutcome, Result};
 use io_uring::{IoUring, Probe, opcode, squeue, types};
-use tokio::sync::oneshot;
-
-use crate::NAME;
-use crate::io::{PathBuf4k, Root};
-use crate::plan::{OpKind, Outcome, Plan};
 
 /// Longest chain (write with fsync).
 const MAX_CHAIN: u32 = 5;
@@ -42,7 +41,7 @@ const MAX_FIXED_BUFFER: u64 = 1 << 30;
 
 struct Job {
     plan: Arc<Plan>,
-    done: oneshot::Sender<()>,
+    done: Arc<Completion>,
 }
 
 enum Msg {
@@ -83,6 +82,8 @@ pub(crate) fn check_support(depth: u32) -> io::Result<IoUring> {
         (opcode::OpenAt::CODE, "OPENAT"),
         (opcode::Readv::CODE, "READV"),
         (opcode::Writev::CODE, "WRITEV"),
+        (opcode::ReadFixed::CODE, "READ_FIXED"),
+        (opcode::WriteFixed::CODE, "WRITE_FIXED"),
         (opcode::Close::CODE, "CLOSE"),
         (opcode::Statx::CODE, "STATX"),
         (opcode::RenameAt::CODE, "RENAMEAT"),
@@ -147,14 +148,23 @@ impl UringEngine {
         self.depth
     }
 
+    /// Runs every item of `plan`; completes when all are done. Dropping the future skips
+    /// the items not submitted yet and waits for the chains in the kernel (see
+    /// [`crate::flight`]).
     pub(crate) async fn run(&self, plan: Arc<Plan>) {
         if plan.len() == 0 {
             return;
         }
-        let (done, wait) = oneshot::channel();
-        if self.send(Msg::Job(Job { plan, done })) {
-            let _ = wait.await;
+        let done = Arc::new(Completion::default());
+        let job = Job {
+            plan: plan.clone(),
+            done: done.clone(),
+        };
+        if !self.send(Msg::Job(job)) {
+            // The ring thread is gone: nothing will run.
+            return;
         }
+        done.wait(&plan).await;
     }
 }
 
@@ -336,7 +346,8 @@ impl Driver {
             }
         }
         if remaining == 0 {
-            let _ = job.done.send(());
+            job.plan.release();
+            job.done.finish();
             return;
         }
         self.jobs[id] = Some(ActiveJob { job, remaining });
@@ -351,7 +362,8 @@ impl Driver {
         if active.remaining == 0
             && let Some(done) = self.jobs[job].take()
         {
-            let _ = done.job.done.send(());
+            done.job.plan.release();
+            done.job.done.finish();
         }
     }
 
@@ -382,6 +394,10 @@ impl Driver {
                 }
             }
             self.queue.pop_front();
+            if plan.is_cancelled() {
+                self.finish_item(job, item, Err(plan::cancelled()));
+                continue;
+            }
             match self.start(slot, job, item, &plan) {
                 Ok(()) => {
                     self.free.pop();
@@ -406,13 +422,14 @@ impl Driver {
         let dest = types::DestinationSlot::try_from_slot_target(slot_id as u32)
             .map_err(|_| Error::backend(NAME, "io_uring file slot out of range"))?;
         let iov = plan.iov(item);
-        // One segment inside a fixed buffer: READ_FIXED / WRITE_FIXED.
+        // One segment inside a registered fixed buffer moves with READ_FIXED / WRITE_FIXED.
         let fixed_buffer = plan.single_region[item]
             .and_then(|r| self.buffers.get(&r))
             .and_then(|&(index, addr, len)| {
-                let v = iov.first()?;
+                let [v] = iov else { return None };
                 let start = v.iov_base as usize;
-                (start >= addr && start + v.iov_len <= addr + len as usize).then_some(index)
+                let fits = start >= addr && start + v.iov_len <= addr + len as usize;
+                (fits && u32::try_from(v.iov_len).is_ok()).then_some((index, *v))
             });
         let direct = if root.direct { libc::O_DIRECT } else { 0 };
         // No O_CLOEXEC: direct descriptors are not process fds, and the kernel rejects the
@@ -430,8 +447,17 @@ impl Driver {
                         .file_index(Some(dest))
                         .build(),
                 );
-                entries[1] =
-                    Some(opcode::Writev::new(fixed, iov.as_ptr(), iov.len() as u32).build());
+                entries[1] = Some(match fixed_buffer {
+                    Some((index, v)) => opcode::WriteFixed::new(
+                        fixed,
+                        v.iov_base.cast::<u8>().cast_const(),
+                        v.iov_len as u32,
+                        index,
+                    )
+                    .offset(0)
+                    .build(),
+                    None => opcode::Writev::new(fixed, iov.as_ptr(), iov.len() as u32).build(),
+                });
                 let mut k = 2;
                 if plan.sync {
                     entries[k] = Some(
@@ -466,8 +492,17 @@ impl Driver {
                         .file_index(Some(dest))
                         .build(),
                 );
-                entries[2] =
-                    Some(opcode::Readv::new(fixed, iov.as_ptr(), iov.len() as u32).build());
+                entries[2] = Some(match fixed_buffer {
+                    Some((index, v)) => opcode::ReadFixed::new(
+                        fixed,
+                        v.iov_base.cast::<u8>(),
+                        v.iov_len as u32,
+                        index,
+                    )
+                    .offset(0)
+                    .build(),
+                    None => opcode::Readv::new(fixed, iov.as_ptr(), iov.len() as u32).build(),
+                });
                 entries[3] = Some(opcode::Close::new(fixed).build());
                 4
             }

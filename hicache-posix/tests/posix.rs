@@ -202,7 +202,7 @@ async fn unaligned_slices_rejected(engine: EngineChoice) {
     let b = backend_with(dir.path(), true, engine);
     let align = b.info().capability.io_alignment;
     assert!(align >= 512);
-    let buf = Arc::new(AlignedBuf::zeroed(64 * 1024, 4096).unwrap());
+    let buf = AlignedBuf::zeroed(64 * 1024, 4096).unwrap();
     let region = b.register(MemoryRegion::from_aligned(buf)).unwrap();
     let key = ObjectKey::new("unaligned").unwrap();
     for bad in [
@@ -349,10 +349,9 @@ fn concurrent_set_get_exists_on_overlapping_keys() {
         let cache = Arc::new(
             BlockingHiCache::new(connector(&[dir.path().to_path_buf()], true, "m")).unwrap(),
         );
-        let g = PoolGeometry {
-            pages: 64,
-            ..geometry(Layout::PageFirst, 16, mha())
-        };
+        let g = geometry(Layout::PageFirst, 16, mha())
+            .with_pages(64)
+            .unwrap();
         let pool = Arc::new(MmapPool::new(g).unwrap());
         cache.register_pool(pool.clone()).unwrap();
         let ks = keys("t", 8);
@@ -422,10 +421,9 @@ const KILL_PAGES: usize = 8;
 
 /// 4 MiB pages: each write spends milliseconds in `pwritev`, so a kill lands mid-write.
 fn killed_writer_geometry() -> PoolGeometry {
-    PoolGeometry {
-        pages: 2 * KILL_PAGES as u64,
-        ..geometry(Layout::PageFirst, 2048, mha())
-    }
+    geometry(Layout::PageFirst, 2048, mha())
+        .with_pages(2 * KILL_PAGES as u64)
+        .unwrap()
 }
 
 /// The two versions a page alternates between: a hit must equal one of them exactly.
@@ -599,7 +597,7 @@ async fn remove_and_usage() {
 async fn remove_and_usage_with(engine: EngineChoice) {
     let dir = tempfile::tempdir().unwrap();
     let b = backend_with(dir.path(), false, engine);
-    let buf = Arc::new(AlignedBuf::zeroed(4096, 4096).unwrap());
+    let buf = AlignedBuf::zeroed(4096, 4096).unwrap();
     let region = b.register(MemoryRegion::from_aligned(buf)).unwrap();
     let key = ObjectKey::new("obj").unwrap();
     let segs = [Slice::new(region, 0, 4096)];

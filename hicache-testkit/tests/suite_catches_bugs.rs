@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use hicache_core::{
     BackendInfo, DynBackend, MemoryBackend, MemoryRegion, ObjectKey, ReadItem, ReadOutcome,
-    RegionId, Result, StorageBackend, Usage, WriteItem,
+    RegionId, RegionTable, Result, StorageBackend, TargetSlice, Usage, WriteItem,
 };
 use hicache_testkit::{CaseError, Suite, per_trial};
 
@@ -22,12 +22,39 @@ enum Bug {
     IgnoresSizeMismatch,
     /// Writes of bad slices are silently dropped instead of rejected.
     SwallowsBadSlices,
+    /// A read dropped while pending keeps writing its target memory afterwards.
+    WritesAfterDrop,
+    /// A write dropped while pending still publishes, later, over newer writes.
+    PublishesAfterDrop,
 }
 
 #[derive(Debug)]
 struct Broken {
-    inner: MemoryBackend,
+    inner: Arc<MemoryBackend>,
+    /// The same registrations, so the late-I/O bugs can pin memory as a real engine would.
+    regions: RegionTable,
     bug: Bug,
+}
+
+/// Runs `late` on another thread if dropped before `disarm`: the I/O a buggy engine leaves
+/// running after its caller gave up.
+struct Late(Option<Box<dyn FnOnce() + Send>>);
+
+impl Late {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Late {
+    fn drop(&mut self) {
+        if let Some(late) = self.0.take() {
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                late();
+            });
+        }
+    }
 }
 
 #[async_trait]
@@ -36,13 +63,36 @@ impl StorageBackend for Broken {
         self.inner.info()
     }
     fn register(&self, region: MemoryRegion) -> Result<RegionId> {
-        self.inner.register(region)
+        let id = self.inner.register(region.clone())?;
+        assert_eq!(self.regions.insert(region), id, "ids stay in step");
+        Ok(id)
     }
     fn deregister(&self, id: RegionId) -> Result<()> {
-        self.inner.deregister(id)
+        self.inner.deregister(id)?;
+        self.regions.remove(id).map(drop)
     }
     async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {
         match self.bug {
+            Bug::PublishesAfterDrop => {
+                let late: Vec<(String, Vec<u8>)> = batch
+                    .iter()
+                    .filter_map(|i| {
+                        Some((
+                            i.key.as_str().to_string(),
+                            self.regions.gather(i.segments).ok()?,
+                        ))
+                    })
+                    .collect();
+                let inner = self.inner.clone();
+                let guard = Late(Some(Box::new(move || {
+                    for (k, bytes) in late {
+                        inner.put_raw_object(&k, bytes);
+                    }
+                })));
+                tokio::task::yield_now().await;
+                guard.disarm();
+                self.inner.write(batch).await
+            }
             Bug::TornWrites => {
                 let short: Vec<Vec<hicache_core::Slice>> = batch
                     .iter()
@@ -76,6 +126,22 @@ impl StorageBackend for Broken {
     }
     async fn read(&self, batch: &[ReadItem<'_>]) -> Vec<Result<ReadOutcome>> {
         match self.bug {
+            Bug::WritesAfterDrop => {
+                let mut pins: Vec<TargetSlice> = batch
+                    .iter()
+                    .flat_map(|i| i.segments.iter())
+                    .filter_map(|s| self.regions.target(s).ok())
+                    .collect();
+                let guard = Late(Some(Box::new(move || {
+                    for p in &mut pins {
+                        let n = p.len();
+                        let _ = p.copy_from(0, &vec![0xa5; n]);
+                    }
+                })));
+                tokio::task::yield_now().await;
+                guard.disarm();
+                self.inner.read(batch).await
+            }
             Bug::ReadsDeliverNothing => self
                 .inner
                 .exists(&batch.iter().map(|i| i.key.clone()).collect::<Vec<_>>())
@@ -126,7 +192,8 @@ fn suite(bug: Bug) -> Suite {
         None,
         per_trial(move || {
             Ok(Arc::new(Broken {
-                inner: MemoryBackend::with_alignment(4096),
+                inner: Arc::new(MemoryBackend::with_alignment(4096)),
+                regions: RegionTable::new("BROKEN"),
                 bug,
             }) as DynBackend)
         }),
@@ -202,6 +269,29 @@ fn swallowed_bad_slices_are_caught() {
             "backend_out_of_range_slice_rejected",
             "backend_misaligned_slice_rejected",
             "backend_bad_item_does_not_fail_others",
+        ],
+    );
+}
+
+#[test]
+fn io_after_a_dropped_read_is_caught() {
+    must_fail(
+        Bug::WritesAfterDrop,
+        &[
+            "cancel_dropped_read_moves_no_byte_afterwards",
+            "cancel_dropped_calls_raw_zero_copy",
+            "cancel_dropped_calls_envelope_zero_copy",
+        ],
+    );
+}
+
+#[test]
+fn a_dropped_write_that_publishes_later_is_caught() {
+    must_fail(
+        Bug::PublishesAfterDrop,
+        &[
+            "cancel_dropped_calls_raw_zero_copy",
+            "cancel_dropped_calls_raw_bounce",
         ],
     );
 }

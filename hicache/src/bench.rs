@@ -328,10 +328,7 @@ fn stats(
 /// new pages and first removes the previous round's, untimed.
 pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport> {
     let pages = opts.pages.max(1);
-    let geometry = PoolGeometry {
-        pages: 2 * pages,
-        ..opts.geometry
-    };
+    let geometry = opts.geometry.with_pages(2 * pages)?;
     let pool = Arc::new(MmapPool::new(geometry)?);
     let report = cache.register_pool(pool.clone())?;
     let page_bytes = geometry.page_bytes();
@@ -488,11 +485,14 @@ pub fn raw_baseline(
                 .map_err(|e| Error::io("RAW", "open", Some(p), e))
         })
         .collect::<Result<_>>()?;
-    let src = hicache_core::AlignedBuf::zeroed((pages * page_bytes) as usize, 4096)?;
-    let dst = hicache_core::AlignedBuf::zeroed((pages * page_bytes) as usize, 4096)?;
+    let mut src = hicache_core::AlignedBuf::zeroed((pages * page_bytes) as usize, 4096)?;
+    let mut dst = hicache_core::AlignedBuf::zeroed((pages * page_bytes) as usize, 4096)?;
     for p in 0..pages {
         src.copy_from((p * page_bytes) as usize, &page_pattern(page_bytes, p))?;
     }
+    // Threads write disjoint pages of `dst` through this address; `dst` is not otherwise
+    // touched until they have joined.
+    let dst_addr = dst.as_mut_ptr() as usize;
     let timed = |write: bool| -> PhaseStats {
         let next = AtomicUsize::new(0);
         let started = Instant::now();
@@ -521,7 +521,7 @@ pub fn raw_baseline(
                                 } else {
                                     libc::pread(
                                         fd,
-                                        dst.as_ptr().add(off).cast(),
+                                        (dst_addr as *mut u8).add(off).cast(),
                                         page_bytes as usize,
                                         0,
                                     )

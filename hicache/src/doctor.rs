@@ -232,11 +232,11 @@ fn geometry_step(config: &Config, opts: &DoctorOptions, capability: Option<&Capa
     let g = &opts.geometry;
     step.details.push(format!(
         "{:?}, {} layers, {} tokens per page, {}, layout {}: {} bytes per page in {} span(s) of {} bytes",
-        g.attention,
-        g.layers,
-        g.page_tokens,
-        g.dtype,
-        g.layout,
+        g.attention(),
+        g.layers(),
+        g.page_tokens(),
+        g.dtype(),
+        g.layout(),
         g.page_bytes(),
         g.spans_per_page(),
         g.span_len()
@@ -326,10 +326,7 @@ async fn round_trip_step(
             config.clone(),
             HiCacheOptions::new(StorageIdentity::single("hicache-doctor")),
         )?;
-        let geometry = PoolGeometry {
-            pages: 2 * n,
-            ..opts.geometry
-        };
+        let geometry = opts.geometry.with_pages(2 * n)?;
         let pool = Arc::new(MmapPool::new(geometry)?);
         let report = cache.register_pool(pool.clone())?;
         let stamp = std::process::id();

@@ -14,7 +14,7 @@ use crate::{ensure, ensure_eq};
 
 /// A registered aligned buffer with helpers to fill and read it.
 pub(crate) struct Buf {
-    pub(crate) buf: Arc<AlignedBuf>,
+    pub(crate) memory: MemoryRegion,
     pub(crate) id: RegionId,
 }
 
@@ -24,24 +24,24 @@ pub(crate) fn block(env: &TrialEnv) -> u64 {
 }
 
 pub(crate) fn buffer(backend: &DynBackend, len: u64) -> Result<Buf, Error> {
-    let buf = Arc::new(AlignedBuf::zeroed(len as usize, 4096)?);
-    let id = backend.register(MemoryRegion::from_aligned(buf.clone()))?;
-    Ok(Buf { buf, id })
+    let memory = MemoryRegion::from_aligned(AlignedBuf::zeroed(len as usize, 4096)?);
+    let id = backend.register(memory.clone())?;
+    Ok(Buf { memory, id })
 }
 
 impl Buf {
     pub(crate) fn fill(&self, offset: u64, bytes: &[u8]) {
-        self.buf
-            .copy_from(offset as usize, bytes)
-            .expect("in range");
+        self.memory
+            .target(offset, bytes.len() as u64, "test buffer")
+            .and_then(|mut t| t.copy_from(0, bytes))
+            .expect("in range and not in use");
     }
 
     pub(crate) fn read(&self, offset: u64, len: u64) -> Vec<u8> {
-        let mut out = vec![0; len as usize];
-        self.buf
-            .copy_to(offset as usize, &mut out)
-            .expect("in range");
-        out
+        self.memory
+            .source(offset, len, "test buffer")
+            .and_then(|s| s.host_bytes().map(<[u8]>::to_vec))
+            .expect("in range and not in use")
     }
 
     pub(crate) fn slice(&self, offset: u64, len: u64) -> Slice {
@@ -632,16 +632,12 @@ pub async fn backend_device_memory_rejected(env: &TrialEnv) -> CaseResult {
         return skip("the plugin accepts device memory");
     }
     let b = env.backend()?;
-    let host = Arc::new(AlignedBuf::zeroed(4096, 4096)?);
-    // SAFETY: the region is never used for a transfer: registration must fail first. The
-    // Arc keeps the host bytes alive regardless.
+    let mut host = AlignedBuf::zeroed(4096, 4096)?;
+    let addr = host.as_mut_ptr();
+    // SAFETY: the region owns the buffer (nothing else reaches its bytes) and is never used
+    // for a transfer: registration must fail first.
     let region = unsafe {
-        MemoryRegion::with_owner(
-            host.as_ptr(),
-            4096,
-            MemKind::Device { device: 0 },
-            host.clone(),
-        )
+        MemoryRegion::with_owner(addr, 4096, MemKind::Device { device: 0 }, Arc::new(host))
     };
     ensure!(
         b.register(region).is_err(),

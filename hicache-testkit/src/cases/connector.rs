@@ -40,10 +40,10 @@ async fn round_trip(cache: &HiCache, geometry: PoolGeometry) -> Result<TransferM
     ensure!(
         all_written(&set),
         "{} {}: set {set:?}",
-        geometry.layout,
+        geometry.layout(),
         report.mode
     );
-    for p in 4..geometry.pages {
+    for p in 4..geometry.pages() {
         fill_page(&pool, p, 7);
     }
     let before = snapshot(&pool);
@@ -52,7 +52,7 @@ async fn round_trip(cache: &HiCache, geometry: PoolGeometry) -> Result<TransferM
     ensure!(
         all_hits(&got),
         "{} {}: get {got:?}",
-        geometry.layout,
+        geometry.layout(),
         report.mode
     );
     for (i, t) in targets.iter().enumerate() {
@@ -60,7 +60,7 @@ async fn round_trip(cache: &HiCache, geometry: PoolGeometry) -> Result<TransferM
             page_bytes(&pool, *t),
             data[i],
             "{} {}: page {t}",
-            geometry.layout,
+            geometry.layout(),
             report.mode
         );
     }
@@ -69,7 +69,7 @@ async fn round_trip(cache: &HiCache, geometry: PoolGeometry) -> Result<TransferM
         ensure!(
             page_unchanged(&geometry, guard, &before, &after),
             "{} {}: guard page {guard} changed",
-            geometry.layout,
+            geometry.layout(),
             report.mode
         );
     }
@@ -517,15 +517,19 @@ pub async fn connector_other_layout_misses(env: &TrialEnv) -> CaseResult {
 pub async fn connector_other_dtype_or_page_size_misses(env: &TrialEnv) -> CaseResult {
     let id = StorageIdentity::single("m");
     let g = mha(Layout::PageFirst, 16, PAGES);
-    let fp8 = PoolGeometry {
-        dtype: Dtype::Fp8E4m3,
-        ..g
+    let with = |dtype, page_tokens| {
+        PoolGeometry::new(
+            g.attention(),
+            g.layers(),
+            dtype,
+            page_tokens,
+            g.layout(),
+            g.pages(),
+        )
     };
+    let fp8 = with(Dtype::Fp8E4m3, g.page_tokens())?;
     isolated(env, (id.clone(), g), (id.clone(), fp8)).await?;
-    let ps8 = PoolGeometry {
-        page_tokens: 8,
-        ..g
-    };
+    let ps8 = with(g.dtype(), 8)?;
     isolated(env, (id.clone(), g), (id, ps8)).await
 }
 

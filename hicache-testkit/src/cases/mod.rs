@@ -2,6 +2,7 @@
 //! author can also call one directly from an ordinary test.
 
 pub mod backend;
+pub mod cancel;
 pub mod connector;
 pub mod faults;
 
@@ -89,4 +90,11 @@ pub const ALL: &[Case] = cases![
     faults::faults_batch_cut_is_reported_per_page,
     faults::faults_latency_and_errors_under_concurrency,
     faults::faults_exists_errors_end_the_prefix,
+    cancel::cancel_dropped_calls_envelope_zero_copy,
+    cancel::cancel_dropped_calls_raw_zero_copy,
+    cancel::cancel_dropped_calls_envelope_bounce,
+    cancel::cancel_dropped_calls_raw_bounce,
+    cancel::cancel_unregister_waits_for_in_flight,
+    cancel::cancel_deregister_in_flight_is_busy,
+    cancel::cancel_dropped_read_moves_no_byte_afterwards,
 ];
