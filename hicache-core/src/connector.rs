@@ -538,11 +538,17 @@ impl HiCache {
         self.current().ok().map(|s| s.report.clone())
     }
 
-    /// Drops the pool registration and staging memory, waiting (blocking the thread) for
-    /// transfers that still use them. Idempotent. Calls already running keep the pool they
-    /// started with until they return. In async code prefer [`HiCache::unregister_pool`].
+    /// [`HiCache::unregister_pool`], blocking the thread: returns once calls that were
+    /// running have returned, no transfer uses the pool or staging memory, and both are
+    /// deregistered. Idempotent. In async code prefer `unregister_pool`.
     pub fn close(&self) {
-        self.state.write().unwrap_or_else(|e| e.into_inner()).take();
+        let state = self.state.write().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(state) = state else { return };
+        while Arc::strong_count(&state) > 1 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // PoolState's drop waits for the last pin, then deregisters.
+        drop(state);
     }
 
     /// Unregisters the host pool: later calls fail with [`Error::PoolNotRegistered`], and
@@ -1250,6 +1256,11 @@ impl BlockingHiCache {
         slots: HostSlots<'_>,
     ) -> Result<Vec<Result<ReadOutcome>>> {
         self.runtime.block_on(self.inner.batch_get(keys, slots))
+    }
+
+    /// See [`HiCache::unregister_pool`].
+    pub fn unregister_pool(&self) {
+        self.runtime.block_on(self.inner.unregister_pool())
     }
 
     /// See [`HiCache::batch_exists`].

@@ -96,7 +96,8 @@ impl PinSet {
 }
 
 struct RegionInner {
-    addr: usize,
+    /// Start of the memory; dereferenced only through pins.
+    ptr: *mut u8,
     len: u64,
     kind: MemKind,
     pins: Mutex<PinSet>,
@@ -104,6 +105,13 @@ struct RegionInner {
     released: Notify,
     _owner: Option<Arc<dyn MemoryOwner>>,
 }
+
+// SAFETY: the region's memory is reached only through pins, which enforce shared reads and
+// exclusive writes across threads; the constructors' contracts (or ownership, for
+// `from_aligned`) rule out any other access.
+unsafe impl Send for RegionInner {}
+// SAFETY: as above.
+unsafe impl Sync for RegionInner {}
 
 /// A contiguous range of memory handed to a backend for transfers.
 ///
@@ -120,7 +128,7 @@ pub struct MemoryRegion {
 impl fmt::Debug for MemoryRegion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryRegion")
-            .field("addr", &format_args!("{:#x}", self.inner.addr))
+            .field("addr", &self.inner.ptr)
             .field("len", &self.inner.len)
             .field("kind", &self.inner.kind)
             .finish()
@@ -128,10 +136,10 @@ impl fmt::Debug for MemoryRegion {
 }
 
 impl MemoryRegion {
-    fn build(addr: usize, len: u64, kind: MemKind, owner: Option<Arc<dyn MemoryOwner>>) -> Self {
+    fn build(ptr: *mut u8, len: u64, kind: MemKind, owner: Option<Arc<dyn MemoryOwner>>) -> Self {
         MemoryRegion {
             inner: Arc::new(RegionInner {
-                addr,
+                ptr,
                 len,
                 kind,
                 pins: Mutex::new(PinSet::default()),
@@ -156,7 +164,7 @@ impl MemoryRegion {
         kind: MemKind,
         owner: Arc<dyn MemoryOwner>,
     ) -> Self {
-        Self::build(addr as usize, len, kind, Some(owner))
+        Self::build(addr, len, kind, Some(owner))
     }
 
     /// A region over memory owned elsewhere (an engine's tensor, cudaMalloc'd memory).
@@ -168,7 +176,7 @@ impl MemoryRegion {
     /// - Meanwhile those bytes may be accessed only through this region: no Rust reference to
     ///   them, no other `MemoryRegion` over them, and no other code writing them.
     pub unsafe fn from_raw(addr: *mut u8, len: u64, kind: MemKind) -> Self {
-        Self::build(addr as usize, len, kind, None)
+        Self::build(addr, len, kind, None)
     }
 
     /// A region that takes ownership of an aligned buffer.
@@ -182,7 +190,7 @@ impl MemoryRegion {
 
     /// Start address.
     pub fn addr(&self) -> usize {
-        self.inner.addr
+        self.inner.ptr as usize
     }
 
     /// Length in bytes.
@@ -306,7 +314,8 @@ impl MemoryRegion {
         Ok(Pinned {
             region: self.clone(),
             key,
-            addr: self.inner.addr + offset as usize,
+            // In bounds: offset + len <= region length, checked above.
+            ptr: self.inner.ptr.wrapping_add(offset as usize),
             len: len as usize,
         })
     }
@@ -316,9 +325,16 @@ impl MemoryRegion {
 struct Pinned {
     region: MemoryRegion,
     key: (u64, u64),
-    addr: usize,
+    ptr: *mut u8,
     len: usize,
 }
+
+// SAFETY: the pointer is only dereferenced under the pin's access rule (reads shared, writes
+// exclusive), and the memory it points into is owned by or promised to the region, which is
+// Send + Sync by construction (see `RegionInner`).
+unsafe impl Send for Pinned {}
+// SAFETY: as above; `&Pinned` only reads.
+unsafe impl Sync for Pinned {}
 
 impl Drop for Pinned {
     fn drop(&mut self) {
@@ -337,7 +353,7 @@ impl Drop for Pinned {
 impl fmt::Debug for Pinned {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pinned")
-            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("addr", &self.ptr)
             .field("len", &self.len)
             .field("kind", &self.region.kind())
             .finish()
@@ -348,7 +364,7 @@ macro_rules! pinned_accessors {
     () => {
         /// Start address.
         pub fn addr(&self) -> usize {
-            self.pinned.addr
+            self.pinned.ptr as usize
         }
 
         /// Length in bytes.
@@ -373,13 +389,13 @@ macro_rules! pinned_accessors {
 
         /// The range as a raw pointer, for syscalls and DMA engines; valid while `self` lives.
         pub fn as_ptr(&self) -> *const u8 {
-            self.pinned.addr as *const u8
+            self.pinned.ptr.cast_const()
         }
 
         /// The range as an iovec for vectored syscalls; valid while `self` lives.
         pub fn iovec(&self) -> libc::iovec {
             libc::iovec {
-                iov_base: self.pinned.addr as *mut libc::c_void,
+                iov_base: self.pinned.ptr.cast(),
                 iov_len: self.pinned.len,
             }
         }
@@ -444,7 +460,7 @@ impl TargetSlice {
 
     /// The range as a raw mutable pointer, for syscalls and DMA engines.
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.pinned.addr as *mut u8
+        self.pinned.ptr
     }
 
     /// The bytes, mutably, when they are host memory.
@@ -662,7 +678,7 @@ impl RegionTable {
 
 /// Fails with [`Error::Misaligned`] unless `addr` and `len` are multiples of `align`.
 pub fn check_aligned(backend: &str, what: &str, addr: u64, len: u64, align: u64) -> Result<()> {
-    if align > 1 && (addr % align != 0 || len % align != 0) {
+    if align > 1 && (!addr.is_multiple_of(align) || !len.is_multiple_of(align)) {
         return Err(Error::Misaligned {
             backend: backend.to_string(),
             what: what.to_string(),
@@ -907,7 +923,11 @@ mod tests {
         let table = RegionTable::new("TEST");
         // SAFETY: the address is never dereferenced: device memory refuses CPU access.
         let region = unsafe {
-            MemoryRegion::from_raw(0x1000 as *mut u8, 4096, MemKind::Device { device: 0 })
+            MemoryRegion::from_raw(
+                std::ptr::without_provenance_mut(0x1000),
+                4096,
+                MemKind::Device { device: 0 },
+            )
         };
         let id = table.insert(region);
         let s = table.source(&Slice::new(id, 0, 4096)).unwrap();

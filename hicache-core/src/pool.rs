@@ -102,11 +102,20 @@ impl AttentionKind {
         matches!(self, AttentionKind::Mla { .. })
     }
 
-    /// Elements per token per layer per K/V buffer.
-    const fn token_elems(&self) -> u64 {
+    /// Elements per token per layer per K/V buffer; `None` when the shape overflows.
+    const fn checked_token_elems(&self) -> Option<u64> {
         match *self {
-            AttentionKind::Mha { kv_heads, head_dim } => kv_heads * head_dim,
-            AttentionKind::Mla { kv_cache_dim } => kv_cache_dim,
+            AttentionKind::Mha { kv_heads, head_dim } => kv_heads.checked_mul(head_dim),
+            AttentionKind::Mla { kv_cache_dim } => Some(kv_cache_dim),
+        }
+    }
+
+    /// Elements per token per layer per K/V buffer (exact for validated geometries, whose
+    /// shape cannot overflow).
+    const fn token_elems(&self) -> u64 {
+        match self.checked_token_elems() {
+            Some(n) => n,
+            None => u64::MAX,
         }
     }
 
@@ -262,7 +271,13 @@ impl PoolGeometry {
                 self.layers, self.page_tokens, self.pages
             ));
         }
-        if self.attention.token_elems() == 0 {
+        let Some(token_elems) = self.attention.checked_token_elems() else {
+            return invalid(format!(
+                "attention shape {:?} overflows 64 bits",
+                self.attention
+            ));
+        };
+        if token_elems == 0 {
             return invalid(format!(
                 "attention shape {:?} has no elements",
                 self.attention
@@ -343,7 +358,7 @@ impl PoolGeometry {
     pub fn spans_aligned(&self, base: u64, align: u64) -> bool {
         // Every span offset is a multiple of the span length (see page_spans), so checking the
         // base and the length covers all of them.
-        align <= 1 || (base % align == 0 && self.span_len() % align == 0)
+        align <= 1 || (base.is_multiple_of(align) && self.span_len().is_multiple_of(align))
     }
 
     fn span(&self, page: u64, index: u64) -> Span {
@@ -589,7 +604,8 @@ impl HostPool for MmapPool {
 }
 
 fn prefault(map: &mut memmap2::MmapMut) {
-    #[cfg(target_os = "linux")]
+    // Miri has no madvise; touching every page is the portable path.
+    #[cfg(all(target_os = "linux", not(miri)))]
     {
         // MADV_POPULATE_WRITE (Linux 5.14) faults every page in one call.
         const MADV_POPULATE_WRITE: libc::c_int = 23;

@@ -1,6 +1,8 @@
 //! The OBJ backend over `object_store`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -16,6 +18,7 @@ use object_store::{
     BackoffConfig, ClientOptions, GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
     PutPayload, RetryConfig,
 };
+use tokio::sync::Notify;
 
 use crate::NAME;
 use crate::config::{ObjConfig, Target};
@@ -59,9 +62,9 @@ impl<'a> Scatter<'a> {
     }
 }
 
-/// S3-compatible (or in-memory, or local-directory) object storage.
+/// The client side of the backend, shared with the tasks that run writes.
 #[derive(Debug)]
-pub struct ObjBackend {
+struct Client {
     store: Arc<dyn ObjectStore>,
     #[cfg(feature = "aws-sdk")]
     sdk: Option<crate::sdk::SdkClient>,
@@ -69,9 +72,9 @@ pub struct ObjBackend {
     cfg: ObjConfig,
 }
 
-impl ObjBackend {
+impl Client {
     /// Builds the client. No request is made: the probe checks reachability.
-    pub fn new(cfg: ObjConfig) -> Result<Self> {
+    fn new(cfg: ObjConfig) -> Result<Self> {
         let store: Arc<dyn ObjectStore> = match &cfg.target {
             Target::Memory => Arc::new(object_store::memory::InMemory::new()),
             Target::Local(dir) => {
@@ -161,7 +164,7 @@ impl ObjBackend {
                 ),
             });
         }
-        Ok(ObjBackend {
+        Ok(Client {
             store,
             #[cfg(feature = "aws-sdk")]
             sdk,
@@ -170,18 +173,8 @@ impl ObjBackend {
         })
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &ObjConfig {
-        &self.cfg
-    }
-
-    /// The object_store client (the raw baseline of the benchmark uses it).
-    pub fn store(&self) -> &Arc<dyn ObjectStore> {
-        &self.store
-    }
-
     /// The store path of an object.
-    pub fn path(&self, key: &ObjectKey) -> Path {
+    fn path(&self, key: &ObjectKey) -> Path {
         if self.cfg.key_prefix.is_empty() {
             Path::from(key.as_str())
         } else {
@@ -202,16 +195,26 @@ impl ObjBackend {
         segments.iter().map(|s| self.regions.target(s)).collect()
     }
 
-    async fn write_one(&self, key: &ObjectKey, segments: &[Slice]) -> Result<()> {
-        let parts = self.sources(segments)?;
+    /// Writes one object from pinned host bytes; runs in its own task (see
+    /// [`ObjBackend::write_one`]).
+    async fn put(&self, key: &ObjectKey, parts: Vec<HostBytes>) -> Result<()> {
         #[cfg(feature = "aws-sdk")]
         if let Some(sdk) = &self.sdk {
             return self.sdk_write(sdk, key, &parts).await;
         }
         let total: u64 = parts.iter().map(|p| p.as_ref().len() as u64).sum();
-        // Zero-copy: each buffer owns its pin, so the memory stays reserved for as long as
-        // the HTTP client holds the body, also after this future is dropped.
-        let chunks: Vec<Bytes> = parts.into_iter().map(Bytes::from_owner).collect();
+        let chunks: Vec<Bytes> = match self.cfg.target {
+            // Zero-copy: each buffer owns its pin, so the memory stays reserved for as long
+            // as the HTTP client holds the body (it drops it once the request has ended).
+            Target::S3 { .. } => parts.into_iter().map(Bytes::from_owner).collect(),
+            // The in-memory store keeps the payload's buffers as the stored object, and the
+            // local store's lifetime for them is its own business: copy, so no stored object
+            // ever aliases registered memory and the pins end here.
+            Target::Memory | Target::Local(_) => parts
+                .iter()
+                .map(|p| Bytes::copy_from_slice(p.as_ref()))
+                .collect(),
+        };
         let path = self.path(key);
         if total > self.cfg.multipart_threshold {
             return self.write_multipart(&path, chunks, total).await;
@@ -330,7 +333,7 @@ impl ObjBackend {
     }
 }
 
-impl ObjBackend {
+impl Client {
     async fn head_one(&self, key: &ObjectKey) -> Result<bool> {
         #[cfg(feature = "aws-sdk")]
         if let Some(sdk) = &self.sdk {
@@ -362,7 +365,7 @@ impl ObjBackend {
 }
 
 #[cfg(feature = "aws-sdk")]
-impl ObjBackend {
+impl Client {
     async fn sdk_write(
         &self,
         sdk: &crate::sdk::SdkClient,
@@ -492,6 +495,118 @@ pub(crate) fn describe(e: &object_store::Error) -> String {
     format!("{text}{hint}")
 }
 
+/// S3-compatible (or in-memory, or local-directory) object storage.
+///
+/// A write runs in its own task that owns its pinned buffers, so a write whose call was
+/// dropped still ends (the HTTP client may already be sending it) and releases its pins only
+/// then; until it ends, later calls on the same key wait for it, so an abandoned write can
+/// never land after a newer one.
+#[derive(Debug)]
+pub struct ObjBackend {
+    client: Arc<Client>,
+    /// Writes still running, by object path.
+    pending: Arc<Mutex<HashMap<String, Arc<Pending>>>>,
+}
+
+/// A write still running.
+#[derive(Debug, Default)]
+struct Pending {
+    done: AtomicBool,
+    ended: Notify,
+}
+
+impl ObjBackend {
+    /// Builds the client. No request is made: the probe checks reachability.
+    pub fn new(cfg: ObjConfig) -> Result<Self> {
+        Ok(ObjBackend {
+            client: Arc::new(Client::new(cfg)?),
+            pending: Arc::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ObjConfig {
+        &self.client.cfg
+    }
+
+    /// The object_store client (the raw baseline of the benchmark uses it).
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.client.store
+    }
+
+    /// The store path of an object.
+    pub fn path(&self, key: &ObjectKey) -> Path {
+        self.client.path(key)
+    }
+
+    fn pending_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Pending>>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until no write of `path` is running.
+    async fn settle(&self, path: &str) {
+        loop {
+            let Some(pending) = self.pending_map().get(path).cloned() else {
+                return;
+            };
+            let mut ended = std::pin::pin!(pending.ended.notified());
+            ended.as_mut().enable();
+            if !pending.done.load(Ordering::Acquire) {
+                ended.await;
+            }
+            // The task removed its entry before signalling; a newer write may have one.
+        }
+    }
+
+    async fn write_one(&self, key: &ObjectKey, segments: &[Slice]) -> Result<()> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::backend(
+                NAME,
+                "OBJ writes need a tokio runtime (object_store runs on tokio)",
+            )
+        })?;
+        let path = self.client.path(key).to_string();
+        self.settle(&path).await;
+        let parts = self.client.sources(segments)?;
+        let pending = Arc::new(Pending::default());
+        self.pending_map().insert(path.clone(), pending.clone());
+        let (client, map, owned) = (self.client.clone(), self.pending.clone(), key.clone());
+        let task = runtime.spawn(async move {
+            let result = client.put(&owned, parts).await;
+            {
+                let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+                if map.get(&path).is_some_and(|p| Arc::ptr_eq(p, &pending)) {
+                    map.remove(&path);
+                }
+            }
+            pending.done.store(true, Ordering::Release);
+            pending.ended.notify_waiters();
+            result
+        });
+        task.await.unwrap_or_else(|e| {
+            Err(Error::backend(
+                NAME,
+                format!("the write task of {key} failed: {e}"),
+            ))
+        })
+    }
+
+    async fn read_one(&self, key: &ObjectKey, segments: &[Slice]) -> Result<ReadOutcome> {
+        self.settle(self.client.path(key).as_ref()).await;
+        self.client.read_one(key, segments).await
+    }
+
+    async fn head_one(&self, key: &ObjectKey) -> Result<bool> {
+        self.settle(self.client.path(key).as_ref()).await;
+        self.client.head_one(key).await
+    }
+
+    async fn delete_one(&self, key: &ObjectKey) -> Result<()> {
+        self.settle(self.client.path(key).as_ref()).await;
+        self.client.delete_one(key).await
+    }
+}
+
 #[async_trait]
 impl StorageBackend for ObjBackend {
     fn info(&self) -> BackendInfo {
@@ -499,14 +614,14 @@ impl StorageBackend for ObjBackend {
         capability.host_memory = true;
         capability.atomic_publish = true;
         capability.max_segments = 1024;
-        capability.persistent = !matches!(self.cfg.target, Target::Memory);
+        capability.persistent = !matches!(self.client.cfg.target, Target::Memory);
         capability.io_alignment = 1;
         BackendInfo {
             name: NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
             kind: BackendKind::Object,
             capability,
-            location: self.cfg.location(),
+            location: self.client.cfg.location(),
         }
     }
 
@@ -520,11 +635,11 @@ impl StorageBackend for ObjBackend {
                 ),
             });
         }
-        Ok(self.regions.insert(region))
+        Ok(self.client.regions.insert(region))
     }
 
     fn deregister(&self, id: RegionId) -> Result<()> {
-        self.regions.remove(id).map(drop)
+        self.client.regions.remove(id).map(drop)
     }
 
     async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {
@@ -533,7 +648,7 @@ impl StorageBackend for ObjBackend {
             .map(|i| self.write_one(i.key, i.segments))
             .collect();
         futures::stream::iter(ops)
-            .buffered(self.cfg.max_concurrency)
+            .buffered(self.client.cfg.max_concurrency)
             .collect()
             .await
     }
@@ -544,7 +659,7 @@ impl StorageBackend for ObjBackend {
             .map(|i| self.read_one(i.key, i.segments))
             .collect();
         futures::stream::iter(ops)
-            .buffered(self.cfg.max_concurrency)
+            .buffered(self.client.cfg.max_concurrency)
             .collect()
             .await
     }
@@ -552,7 +667,7 @@ impl StorageBackend for ObjBackend {
     async fn exists(&self, keys: &[ObjectKey]) -> Vec<Result<bool>> {
         let ops: Vec<_> = keys.iter().map(|k| self.head_one(k)).collect();
         futures::stream::iter(ops)
-            .buffered(self.cfg.max_concurrency)
+            .buffered(self.client.cfg.max_concurrency)
             .collect()
             .await
     }
@@ -560,7 +675,7 @@ impl StorageBackend for ObjBackend {
     async fn remove(&self, keys: &[ObjectKey]) -> Vec<Result<()>> {
         let ops: Vec<_> = keys.iter().map(|k| self.delete_one(k)).collect();
         futures::stream::iter(ops)
-            .buffered(self.cfg.max_concurrency)
+            .buffered(self.client.cfg.max_concurrency)
             .collect()
             .await
     }

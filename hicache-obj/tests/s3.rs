@@ -254,3 +254,79 @@ async fn large_pages_upload_in_parts() {
     assert_eq!(page_bytes(&pool, 2), data[0]);
     assert_eq!(page_bytes(&pool, 3), data[1]);
 }
+
+/// The embedded stores keep their own copy: changing (or freeing) the host page after a
+/// write never changes the stored object, and the write leaves no pin behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_stores_never_alias_registered_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        "memory://".to_string(),
+        format!("file://{}", dir.path().display()),
+    ] {
+        let config = ConfigLoader::new()
+            .set("plugin", "obj")
+            .set("plugin.obj.url", url.as_str())
+            .load()
+            .unwrap();
+        let cache = HiCache::open(
+            &registry(),
+            config,
+            HiCacheOptions::new(StorageIdentity::single("alias")),
+        )
+        .unwrap();
+        let geometry = mha(Layout::PageFirst, 16, 4);
+        let pool = pool(geometry);
+        cache.register_pool(pool.clone()).unwrap();
+        let ks = keys("al", 1);
+        let written = fill_page(&pool, 0, 1);
+        let set = cache.batch_set(&ks, HostSlots::Pages(&[0])).await.unwrap();
+        assert!(set[0].is_ok(), "{url}: {set:?}");
+        let memory = hicache_core::HostPool::memory(pool.as_ref()).unwrap();
+        assert_eq!(memory.in_flight(), 0, "{url}: pins left after the write");
+        fill_page(&pool, 0, 2);
+        let got = cache.batch_get(&ks, HostSlots::Pages(&[1])).await.unwrap();
+        assert!(matches!(got[0], Ok(ReadOutcome::Hit)), "{url}: {got:?}");
+        assert_eq!(
+            page_bytes(&pool, 1),
+            written,
+            "{url}: the stored object changed"
+        );
+    }
+}
+
+/// Once a write to a server has returned, the HTTP client holds none of its (zero-copy)
+/// buffers: the caller may overwrite the page at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_write_leaves_no_pin() {
+    let Some(s) = server(S3Kind::Moto) else {
+        return;
+    };
+    s.create_bucket("hicache-pins").unwrap();
+    let cache = HiCache::open(
+        &registry(),
+        config(&s.endpoint(), "hicache-pins", SECRET_KEY),
+        HiCacheOptions::new(StorageIdentity::single("pins")),
+    )
+    .unwrap();
+    let geometry = mha(Layout::PageFirst, 16, 8);
+    let pool = pool(geometry);
+    cache.register_pool(pool.clone()).unwrap();
+    let memory = hicache_core::HostPool::memory(pool.as_ref()).unwrap();
+    let ks = keys("pn", 4);
+    for p in 0..4 {
+        fill_page(&pool, p, 10 + p as u32);
+    }
+    for round in 0..5 {
+        let set = cache
+            .batch_set(&ks, HostSlots::Pages(&[0, 1, 2, 3]))
+            .await
+            .unwrap();
+        assert!(set.iter().all(|r| r.is_ok()), "{set:?}");
+        assert_eq!(
+            memory.in_flight(),
+            0,
+            "round {round}: pins after the write returned"
+        );
+    }
+}

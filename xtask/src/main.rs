@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("bench") => bench::bench(&args[1..]),
         Some("s3-servers") => s3_servers().map(drop),
+        Some("sanitize") => sanitize(),
         Some("fmt") => fmt(),
         Some("help") | None => {
             print_help();
@@ -37,6 +38,8 @@ fn print_help() {
          bench  hicache vs the raw O_DIRECT loop and NIXL's POSIX plugin, interleaved\n\
          \x20      [--quick] [--tiny] [--repeats N] [--json FILE] (also writes FILE.md)\n\
          s3-servers  install the S3 test servers (moto in target/s3-venv, s3s-fs in target/s3s)\n\
+         sanitize    Miri on core's memory, pool, envelope, key and routing tests; POSIX engine\n\
+         \x20           tests under AddressSanitizer (installs nightly's miri and rust-src)\n\
          fmt    format the workspace\n\
          help   this text"
     );
@@ -185,6 +188,66 @@ fn ci() -> Result<(), String> {
         totals.passed, totals.failed, totals.ignored
     );
     Ok(())
+}
+
+/// The tests Miri runs: core's unsafe code (pins, aligned buffers, pool copies, envelope)
+/// and what it rests on, without syscalls Miri cannot emulate.
+const MIRI_FILTERS: &[&str] = &["memory::", "envelope::", "pool::", "key::", "routing::"];
+
+/// Miri over core's unsafe code, and AddressSanitizer over the POSIX engines.
+fn sanitize() -> Result<(), String> {
+    let mut add = Command::new("rustup");
+    add.args([
+        "component",
+        "add",
+        "--toolchain",
+        "nightly",
+        "miri",
+        "rust-src",
+    ]);
+    step(
+        "rustup component add --toolchain nightly miri rust-src",
+        add,
+    )?;
+
+    let mut miri = cargo();
+    miri.args([
+        "+nightly",
+        "miri",
+        "test",
+        "-p",
+        "hicache-core",
+        "--lib",
+        "--",
+    ])
+    .args(MIRI_FILTERS);
+    step(
+        "cargo +nightly miri test -p hicache-core --lib (memory, pool, envelope, keys)",
+        miri,
+    )?;
+
+    // A separate target dir: instrumented builds must not evict the normal ones. The
+    // conformance run keeps to one variant per engine (ext4, direct I/O) and fewer random
+    // operations, so the step stays within minutes.
+    let mut asan = cargo();
+    asan.args([
+        "+nightly",
+        "test",
+        "-p",
+        "hicache-posix",
+        "--target",
+        "x86_64-unknown-linux-gnu",
+    ])
+    .env("RUSTFLAGS", "-Zsanitizer=address")
+    .env("RUSTDOCFLAGS", "-Zsanitizer=address")
+    .env("CARGO_TARGET_DIR", root().join("target").join("asan"))
+    .env("ASAN_OPTIONS", "detect_leaks=0")
+    .env("HICACHE_TEST_CANCEL_OPS", "300")
+    .env("HICACHE_TEST_CONCURRENCY_OPS", "3000");
+    step(
+        "cargo +nightly test -p hicache-posix under AddressSanitizer",
+        asan,
+    )
 }
 
 /// Installs (once) the S3 servers the OBJ tests run against; returns their binaries.

@@ -31,14 +31,6 @@ const POOL_PAGES: u64 = 48;
 const TARGETS: std::ops::Range<u64> = 16..40;
 const GUARDS: [std::ops::Range<u64>; 2] = [8..16, 40..48];
 
-/// Operations per run (`HICACHE_TEST_CANCEL_OPS` overrides).
-fn ops() -> u64 {
-    std::env::var("HICACHE_TEST_CANCEL_OPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
-}
-
 /// A small deterministic generator (xorshift64*): runs repeat for a seed.
 struct Rng(u64);
 
@@ -181,7 +173,7 @@ async fn workload(
     let mut rng = Rng(seed);
     let mut next_seed = 1u32;
     let (mut abandoned, mut finished) = (0u64, 0u64);
-    for op in 0..ops() {
+    for op in 0..env.cancel_ops() {
         let how = match rng.below(4) {
             0 | 1 => Cancel::No,
             2 => Cancel::Timeout(rng.below(400)),
