@@ -126,14 +126,39 @@ impl Header {
         }
         let mut ns = [0u8; 16];
         ns.copy_from_slice(&bytes[16..32]);
-        Ok(Header {
+        let header = Header {
             flags: u16_at(10),
             header_len: u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as u64,
             namespace: Namespace::from_bytes(ns),
             key_hash: u64_at(32),
             payload_len: u64_at(40),
             checksum: u64_at(48),
-        })
+        };
+        // Every length a reader derives from the header must be representable: a header
+        // whose checksum is valid can still be crafted.
+        if header.header_len < HEADER_FIELDS_LEN as u64 {
+            return Err(MissReason::BadHeader {
+                detail: format!(
+                    "header length {} is shorter than the header's fields",
+                    header.header_len
+                ),
+            });
+        }
+        if header.header_len.checked_add(header.payload_len).is_none() {
+            return Err(MissReason::BadHeader {
+                detail: format!(
+                    "payload length {} overflows the object size",
+                    header.payload_len
+                ),
+            });
+        }
+        Ok(header)
+    }
+
+    /// Bytes of the whole object (header and payload); representable for every decoded
+    /// header.
+    pub fn object_len(&self) -> u64 {
+        self.header_len.saturating_add(self.payload_len)
     }
 
     /// Checks that the header is the one a reader of `expected` wants (all but the checksum,
@@ -147,8 +172,8 @@ impl Header {
         }
         if self.header_len != expected.header_len || self.payload_len != expected.payload_len {
             return Err(MissReason::SizeMismatch {
-                expected: expected.header_len + expected.payload_len,
-                found: self.header_len + self.payload_len,
+                expected: expected.object_len(),
+                found: self.object_len(),
             });
         }
         if self.flags != expected.flags {
@@ -157,6 +182,34 @@ impl Header {
             });
         }
         Ok(())
+    }
+}
+
+/// The payload checksum fed piece by piece (a payload streamed from a file).
+#[derive(Clone)]
+pub struct PayloadHasher(XxHash3_64);
+
+impl Default for PayloadHasher {
+    fn default() -> Self {
+        PayloadHasher(XxHash3_64::with_seed(0))
+    }
+}
+
+impl std::fmt::Debug for PayloadHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PayloadHasher")
+    }
+}
+
+impl PayloadHasher {
+    /// Adds the next bytes of the payload.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.write(bytes);
+    }
+
+    /// The checksum of everything added; equal to [`checksum`] over the same bytes.
+    pub fn finish(&self) -> u64 {
+        self.0.finish()
     }
 }
 
@@ -182,6 +235,23 @@ mod tests {
             key_hash: 0xdead_beef,
             payload_len: 12345,
             checksum: checksum([&b"payload"[..]]),
+        }
+    }
+
+    #[test]
+    fn crafted_lengths_are_bad_headers_not_overflows() {
+        for (header_len, payload_len) in
+            [(4096, u64::MAX), (u32::MAX as u64, u64::MAX - 100), (8, 1)]
+        {
+            let h = Header {
+                header_len,
+                payload_len,
+                ..header()
+            };
+            let mut buf = vec![0; 4096];
+            h.encode(&mut buf);
+            let err = Header::decode(&buf).unwrap_err();
+            assert!(matches!(err, MissReason::BadHeader { .. }), "{err:?}");
         }
     }
 

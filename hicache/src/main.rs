@@ -152,7 +152,18 @@ enum ConfigCommand {
     Show,
 }
 
+/// Restores the default SIGPIPE action: `hicache config show | head` then ends quietly when
+/// `head` exits, like other Unix tools, instead of panicking in `println!` on EPIPE.
+fn quiet_on_broken_pipe() {
+    // SAFETY: called first thing in main, before any other thread exists; SIG_DFL is a valid
+    // disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    quiet_on_broken_pipe();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -451,7 +462,7 @@ fn scrub(config: &hicache::Config, args: &ScrubArgs, json: &JsonOut) -> hicache:
     let value = serde_json::to_value(&report).unwrap_or_default();
     if !json.emit(&value)? {
         println!(
-            "{} files: {} valid ({:.1} MiB), {} raw (no envelope), {} torn, {} corrupt, {} foreign, {} stale temporary",
+            "{} files: {} valid ({:.1} MiB), {} raw (no envelope), {} torn, {} corrupt, {} foreign, {} stale temporary, {} unreadable (kept), {} symlinks (not followed)",
             report.files,
             report.valid,
             report.valid_bytes as f64 / (1u64 << 20) as f64,
@@ -459,7 +470,9 @@ fn scrub(config: &hicache::Config, args: &ScrubArgs, json: &JsonOut) -> hicache:
             report.count("torn"),
             report.count("corrupt"),
             report.count("foreign"),
-            report.count("stale-temp")
+            report.count("stale-temp"),
+            report.count("unreadable"),
+            report.count("symlink")
         );
         for f in &report.findings {
             println!(

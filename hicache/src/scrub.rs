@@ -1,6 +1,13 @@
 //! `hicache scrub`: walk stored objects, verify envelopes and checksums, report (and
 //! optionally remove) torn, corrupt or foreign pages and stale temporary files.
+//!
+//! Safe to point at anything: the header is read first and every length in it is checked,
+//! the payload is streamed (memory stays bounded whatever the file size), links are reported
+//! and never followed, and `--delete` removes only what was proven torn, corrupt, foreign or
+//! stale — a file that cannot be read is reported as unreadable and kept.
 
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -28,7 +35,8 @@ pub struct ScrubOptions {
 pub struct Finding {
     /// The file.
     pub path: PathBuf,
-    /// torn | corrupt | foreign | stale-temp
+    /// torn | corrupt | foreign | stale-temp (removed by `--delete`) | unreadable | symlink
+    /// (reported only)
     pub kind: &'static str,
     /// What is wrong.
     pub reason: String,
@@ -58,8 +66,34 @@ impl ScrubReport {
     }
 }
 
+/// Kinds of finding that `--delete` removes: each is proof the file is not a valid page of
+/// this namespace.
+const DELETABLE: [&str; 4] = ["torn", "corrupt", "foreign", "stale-temp"];
+
+/// Streamed payload chunk size.
+const CHUNK: usize = 1 << 20;
+
+/// Checks a `--namespace` value: 16 hex digits, any case; returns it in lowercase.
+pub fn parse_namespace(value: &str) -> Result<String> {
+    if value.len() == 16 && value.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(value.to_ascii_lowercase());
+    }
+    Err(Error::InvalidConfig {
+        key: "--namespace".into(),
+        source_desc: "the command line".into(),
+        reason: format!("{value:?} is not a namespace (16 hex digits)"),
+        hint: Some(
+            "use the `namespace` that `hicache doctor` reports for the pool, e.g. 3f2a9c0d5e7b1a48"
+                .into(),
+        ),
+    })
+}
+
 /// Scrubs every bucket dir (`00`..`ff`) of every storage dir.
 pub fn scrub(opts: &ScrubOptions) -> Result<ScrubReport> {
+    let mut opts = opts.clone();
+    opts.namespace = opts.namespace.as_deref().map(parse_namespace).transpose()?;
+    let opts = &opts;
     let mut report = ScrubReport::default();
     for dir in &opts.dirs {
         let entries = std::fs::read_dir(dir)
@@ -75,6 +109,15 @@ pub fn scrub(opts: &ScrubOptions) -> Result<ScrubReport> {
             let ft = entry
                 .file_type()
                 .map_err(|e| Error::io("scrub", "stat", Some(entry.path()), e))?;
+            if is_bucket && ft.is_symlink() {
+                report.findings.push(Finding {
+                    path: entry.path(),
+                    kind: "symlink",
+                    reason: "a bucket that is a symbolic link; scrub does not follow it".into(),
+                    deleted: false,
+                });
+                continue;
+            }
             if !is_bucket || !ft.is_dir() {
                 continue;
             }
@@ -98,6 +141,15 @@ fn scrub_bucket(
         let path = entry.path();
         let meta = match std::fs::symlink_metadata(&path) {
             Ok(m) if m.is_file() => m,
+            Ok(m) if m.file_type().is_symlink() => {
+                report.findings.push(Finding {
+                    path,
+                    kind: "symlink",
+                    reason: "a symbolic link among pages; scrub does not follow it".into(),
+                    deleted: false,
+                });
+                continue;
+            }
             _ => continue,
         };
         report.files += 1;
@@ -122,7 +174,8 @@ fn scrub_bucket(
             check_object(&path, &name, bucket, opts, report)
         };
         if let Some((kind, reason)) = finding {
-            let deleted = opts.delete && std::fs::remove_file(&path).is_ok();
+            let deleted =
+                opts.delete && DELETABLE.contains(&kind) && std::fs::remove_file(&path).is_ok();
             report.findings.push(Finding {
                 path,
                 kind,
@@ -141,15 +194,34 @@ fn check_object(
     opts: &ScrubOptions,
     report: &mut ScrubReport,
 ) -> Option<(&'static str, String)> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) => return Some(("corrupt", format!("cannot read: {e}"))),
+    let unreadable =
+        |what: &str, e: std::io::Error| Some(("unreadable", format!("cannot {what}: {e}")));
+    // O_NOFOLLOW: a file swapped for a link since the walk saw it is not followed.
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) => return unreadable("open", e),
     };
-    if bytes.len() < HEADER_FIELDS_LEN || bytes[..8] != envelope::MAGIC {
+    let len = match file.metadata() {
+        Ok(m) => m.len(),
+        Err(e) => return unreadable("stat", e),
+    };
+    let mut head = [0u8; HEADER_FIELDS_LEN];
+    if len < HEADER_FIELDS_LEN as u64 {
         report.raw += 1;
         return None;
     }
-    let header = match Header::decode(&bytes) {
+    if let Err(e) = file.read_exact_at(&mut head, 0) {
+        return unreadable("read the header", e);
+    }
+    if head[..8] != envelope::MAGIC {
+        report.raw += 1;
+        return None;
+    }
+    let header = match Header::decode(&head) {
         Ok(h) => h,
         Err(reason) => return Some(("corrupt", reason.to_string())),
     };
@@ -180,15 +252,14 @@ fn check_object(
             format!("name says namespace {suffix}, header says {ns}"),
         ));
     }
-    let end = header.header_len + header.payload_len;
-    if (bytes.len() as u64) < end {
-        return Some((
-            "torn",
-            format!("{} bytes, the header promises {end}", bytes.len()),
-        ));
+    let end = header.object_len();
+    if len < end {
+        return Some(("torn", format!("{len} bytes, the header promises {end}")));
     }
-    if envelope::checksum([&bytes[header.header_len as usize..end as usize]]) != header.checksum {
-        return Some(("corrupt", "payload checksum mismatch".into()));
+    match payload_checksum(&file, header.header_len, header.payload_len) {
+        Ok(sum) if sum == header.checksum => {}
+        Ok(_) => return Some(("corrupt", "payload checksum mismatch".into())),
+        Err(e) => return unreadable("read the payload", e),
     }
     if let Some(want) = &opts.namespace
         && *want != ns
@@ -196,6 +267,53 @@ fn check_object(
         return Some(("foreign", format!("namespace {ns}, expected {want}")));
     }
     report.valid += 1;
-    report.valid_bytes += bytes.len() as u64;
+    report.valid_bytes += len;
     None
+}
+
+/// Streams `len` payload bytes at `offset` through the checksum, a chunk at a time.
+fn payload_checksum(file: &File, offset: u64, len: u64) -> std::io::Result<u64> {
+    let mut hasher = envelope::PayloadHasher::default();
+    let mut buf = vec![0u8; CHUNK.min(usize::try_from(len).unwrap_or(CHUNK)).max(1)];
+    let mut done = 0u64;
+    while done < len {
+        let n = usize::try_from(len - done).map_or(buf.len(), |left| left.min(buf.len()));
+        file.read_exact_at(&mut buf[..n], offset + done)?;
+        hasher.update(&buf[..n]);
+        done += n as u64;
+    }
+    Ok(hasher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_that_cannot_be_read_is_unreadable_and_never_deletable() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = ScrubOptions {
+            dirs: vec![dir.path().to_path_buf()],
+            delete: true,
+            namespace: None,
+            temp_age: Duration::from_secs(60),
+        };
+        let mut report = ScrubReport::default();
+        // Gone between the walk and the open (or refused: EACCES, ELOOP, EIO alike).
+        let finding = check_object(&dir.path().join("gone"), "gone", "00", &opts, &mut report);
+        let (kind, reason) = finding.expect("a finding");
+        assert_eq!(kind, "unreadable", "{reason}");
+        assert!(!DELETABLE.contains(&kind));
+    }
+
+    #[test]
+    fn namespaces_are_sixteen_hex_digits_in_any_case() {
+        assert_eq!(
+            parse_namespace("DEADBEEF00112233").unwrap(),
+            "deadbeef00112233"
+        );
+        for bad in ["deadbeef", "deadbeef0011223g", " deadbeef00112233", ""] {
+            assert!(parse_namespace(bad).is_err(), "{bad:?}");
+        }
+    }
 }

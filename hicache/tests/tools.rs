@@ -369,3 +369,71 @@ fn bench_verifies_every_byte() {
     let raw = hicache::bench::raw_baseline(dir.path(), 64 << 10, 16, 4, true, 1).unwrap();
     assert!(raw.verified && raw.write_gbps > 0.0);
 }
+
+#[test]
+fn scrub_survives_crafted_headers_and_huge_files_and_never_follows_links() {
+    use hicache_core::envelope::{HEADER_FIELDS_LEN, Header};
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, namespace) = store_pages(dir.path(), 4);
+    // 0: a header with a valid checksum whose payload length overflows the object size.
+    let mut b = std::fs::read(&paths[0]).unwrap();
+    let mut h = Header::decode(&b[..HEADER_FIELDS_LEN]).unwrap();
+    h.payload_len = u64::MAX - 10;
+    h.encode(&mut b[..HEADER_FIELDS_LEN]);
+    std::fs::write(&paths[0], &b).unwrap();
+    // 1: a sparse 1 GiB object whose header promises all of it: streamed, not loaded.
+    let mut b = std::fs::read(&paths[1]).unwrap();
+    let mut h = Header::decode(&b[..HEADER_FIELDS_LEN]).unwrap();
+    h.payload_len = (1 << 30) - h.header_len;
+    h.encode(&mut b[..HEADER_FIELDS_LEN]);
+    std::fs::write(&paths[1], &b).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[1])
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    // 2: replaced by a link to a file outside the root; a bucket link too.
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, b"not hicache's").unwrap();
+    std::fs::remove_file(&paths[2]).unwrap();
+    std::os::unix::fs::symlink(&victim, &paths[2]).unwrap();
+    let bucket_link = (0..=255u8)
+        .map(|b| dir.path().join(format!("{b:02x}")))
+        .find(|p| paths.iter().all(|page| page.parent() != Some(p.as_path())))
+        .expect("a bucket without our pages");
+    let _ = std::fs::remove_dir(&bucket_link);
+    std::os::unix::fs::symlink(outside.path(), &bucket_link).unwrap();
+
+    let opts = ScrubOptions {
+        dirs: vec![dir.path().to_path_buf()],
+        delete: true,
+        namespace: Some(namespace.to_ascii_uppercase()),
+        temp_age: std::time::Duration::from_secs(60),
+    };
+    let report = scrub(&opts).unwrap();
+    assert_eq!(report.valid, 1, "{report:#?}");
+    assert_eq!(report.count("corrupt"), 2, "{report:#?}");
+    assert_eq!(report.count("symlink"), 2, "{report:#?}");
+    for f in &report.findings {
+        assert_eq!(f.deleted, f.kind != "symlink", "{f:?}");
+    }
+    assert_eq!(std::fs::read(&victim).unwrap(), b"not hicache's");
+    assert!(
+        std::fs::symlink_metadata(&paths[2]).is_ok(),
+        "the link is left alone"
+    );
+    assert!(!paths[0].exists() && !paths[1].exists());
+
+    // A namespace that is not 16 hex digits is refused before anything is touched.
+    for bad in ["deadbeef", "", "zzzzzzzzzzzzzzzz", "0123456789abcdef0"] {
+        let err = scrub(&ScrubOptions {
+            namespace: Some(bad.into()),
+            ..opts.clone()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("--namespace"), "{err}");
+    }
+    assert!(paths[3].exists());
+}

@@ -194,6 +194,18 @@ fn ci() -> Result<(), String> {
 /// and what it rests on, without syscalls Miri cannot emulate.
 const MIRI_FILTERS: &[&str] = &["memory::", "envelope::", "pool::", "key::", "routing::"];
 
+/// Nightly cargo through rustup (`$CARGO` is the stable binary itself, which ignores
+/// `+nightly`).
+fn nightly_cargo() -> Command {
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", "nightly", "cargo"]).current_dir(root());
+    // The stable toolchain's variables would leak into the nightly build.
+    for var in ["CARGO", "RUSTC", "RUSTDOC", "RUSTUP_TOOLCHAIN"] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 /// Miri over core's unsafe code, and AddressSanitizer over the POSIX engines.
 fn sanitize() -> Result<(), String> {
     let mut add = Command::new("rustup");
@@ -210,17 +222,9 @@ fn sanitize() -> Result<(), String> {
         add,
     )?;
 
-    let mut miri = cargo();
-    miri.args([
-        "+nightly",
-        "miri",
-        "test",
-        "-p",
-        "hicache-core",
-        "--lib",
-        "--",
-    ])
-    .args(MIRI_FILTERS);
+    let mut miri = nightly_cargo();
+    miri.args(["miri", "test", "-p", "hicache-core", "--lib", "--"])
+        .args(MIRI_FILTERS);
     step(
         "cargo +nightly miri test -p hicache-core --lib (memory, pool, envelope, keys)",
         miri,
@@ -229,9 +233,8 @@ fn sanitize() -> Result<(), String> {
     // A separate target dir: instrumented builds must not evict the normal ones. The
     // conformance run keeps to one variant per engine (ext4, direct I/O) and fewer random
     // operations, so the step stays within minutes.
-    let mut asan = cargo();
+    let mut asan = nightly_cargo();
     asan.args([
-        "+nightly",
         "test",
         "-p",
         "hicache-posix",
