@@ -76,7 +76,9 @@ pub mod transfer_modes {}
 /// pages that a write still reads, and `HiCache::unregister_pool` / dropping the connector
 /// wait for the last pin before deregistering.
 ///
-/// The conformance cases `cancel_*` check all of this for every plugin: a thousand calls
-/// abandoned at random points over raw and enveloped pages, zero-copy and bounce pools, a
-/// deregistration racing I/O, and a dropped read watched for late writes.
+/// The conformance cases `cancel_*` check all of this for every plugin: workloads of a
+/// thousand calls or more, half of them under timeouts or `select!` that drop them at random
+/// points (a workload whose calls stay pending long enough to be dropped runs until 250 were),
+/// over raw and enveloped pages and zero-copy and bounce pools; a deregistration racing I/O;
+/// and a dropped read watched for late writes.
 pub mod memory_contract {}

@@ -59,18 +59,11 @@ fn main() -> ExitCode {
             Ok(Arc::new(ObjBackend::new(cfg)?) as DynBackend)
         }),
     );
-    // Calls to a server in another process take milliseconds: the cancellation workloads
-    // make 250 calls each there (about 500 dropped per variant) instead of 1000.
-    const SERVER_CANCEL_OPS: u64 = 250;
     if let Some(s) = &moto {
-        suite = suite
-            .variant("moto", None, s3(s.endpoint(), ClientKind::ObjectStore))
-            .cancel_ops(SERVER_CANCEL_OPS);
+        suite = suite.variant("moto", None, s3(s.endpoint(), ClientKind::ObjectStore));
         #[cfg(feature = "aws-sdk")]
         {
-            suite = suite
-                .variant("moto_aws_sdk", None, s3(s.endpoint(), ClientKind::AwsSdk))
-                .cancel_ops(SERVER_CANCEL_OPS);
+            suite = suite.variant("moto_aws_sdk", None, s3(s.endpoint(), ClientKind::AwsSdk));
         }
     }
     if let Some(s) = &s3s {
@@ -79,14 +72,12 @@ fn main() -> ExitCode {
         // allows 1024 bytes.
         suite = suite
             .variant("s3s_fs", None, s3(s.endpoint(), ClientKind::ObjectStore))
-            .name_limit(120)
-            .cancel_ops(SERVER_CANCEL_OPS);
+            .name_limit(120);
         #[cfg(feature = "aws-sdk")]
         {
             suite = suite
                 .variant("s3s_fs_aws_sdk", None, s3(s.endpoint(), ClientKind::AwsSdk))
-                .name_limit(120)
-                .cancel_ops(SERVER_CANCEL_OPS);
+                .name_limit(120);
         }
     }
     let code = suite.run_main();

@@ -135,8 +135,8 @@ impl KeyState {
     }
 }
 
-/// The random workload: writes and reads of a few keys, about half of them abandoned at a
-/// random point, then checks that every hit holds bytes some write of that key really wrote
+/// The random workload: writes and reads of a few keys, half of them under a timeout or
+/// `select!` that drops them at a random point if still pending, then checks that every hit holds bytes some write of that key really wrote
 /// (the last completed one, or an abandoned one after it), that completed writes are never
 /// lost, that pages no call touched are intact, and that no call ever failed (two transfers
 /// on the same staging or host bytes would be a `MemoryBusy` error, not a silent race).
@@ -173,7 +173,14 @@ async fn workload(
     let mut rng = Rng(seed);
     let mut next_seed = 1u32;
     let (mut abandoned, mut finished) = (0u64, 0u64);
-    for op in 0..env.cancel_ops() {
+    // At least `ops` calls, and more (up to 4×) until a quarter of `ops` were dropped while
+    // pending, so fast plugins see their share of drops too. A plugin that finishes most calls
+    // within their first poll (fewer than 1 in 10 dropped) can only be dropped before it
+    // starts; more calls would add nothing.
+    let ops = env.cancel_ops();
+    let mut op = 0u64;
+    while op < ops || (abandoned < ops / 4 && op < 4 * ops && abandoned * 10 >= op) {
+        op += 1;
         let how = match rng.below(4) {
             0 | 1 => Cancel::No,
             2 => Cancel::Timeout(rng.below(400)),
@@ -306,6 +313,11 @@ async fn workload(
     ensure!(
         abandoned > 0 && finished > 0,
         "the workload abandoned {abandoned} and finished {finished} calls; both must happen"
+    );
+    eprintln!(
+        "cancel workload ({} {format}, {} mode): {finished} calls finished, {abandoned} dropped before they finished",
+        env.plugin(),
+        report.mode
     );
     cache.unregister_pool().await;
     ensure_eq!(
