@@ -454,19 +454,9 @@ mod tests {
         };
         assert_ne!(base, Namespace::new(&tp, &mha(Layout::PageFirst)));
         let g = mha(Layout::PageFirst);
-        let with = |dtype, page_tokens| {
-            PoolGeometry::new(
-                g.attention(),
-                g.layers(),
-                dtype,
-                page_tokens,
-                g.layout(),
-                g.pages(),
-            )
-            .unwrap()
-        };
-        assert_ne!(base, Namespace::new(&id, &with(Dtype::Fp8E4m3, 16)));
-        assert_ne!(base, Namespace::new(&id, &with(Dtype::Bf16, 32)));
+        let fp8 = g.with_dtype(Dtype::Fp8E4m3).unwrap();
+        assert_ne!(base, Namespace::new(&id, &fp8));
+        assert_ne!(base, Namespace::new(&id, &g.with_page_tokens(32).unwrap()));
     }
 
     #[test]

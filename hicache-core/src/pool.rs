@@ -251,14 +251,24 @@ impl PoolGeometry {
 
     /// The same geometry with another page count (validated again).
     pub fn with_pages(&self, pages: u64) -> Result<Self> {
-        Self::new(
-            self.attention,
-            self.layers,
-            self.dtype,
-            self.page_tokens,
-            self.layout,
-            pages,
-        )
+        self.changed(|g| g.pages = pages)
+    }
+
+    /// The same geometry with another element type (validated again).
+    pub fn with_dtype(&self, dtype: Dtype) -> Result<Self> {
+        self.changed(|g| g.dtype = dtype)
+    }
+
+    /// The same geometry with another page size in tokens (validated again).
+    pub fn with_page_tokens(&self, page_tokens: u64) -> Result<Self> {
+        self.changed(|g| g.page_tokens = page_tokens)
+    }
+
+    fn changed(&self, change: impl FnOnce(&mut PoolGeometry)) -> Result<Self> {
+        let mut g = *self;
+        change(&mut g);
+        g.validate()?;
+        Ok(g)
     }
 
     /// Checks the geometry. [`PoolGeometry::new`] runs it; it stays public for callers that

@@ -13,11 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hicache_core::{
-    Access, Error, HiCache, HiCacheOptions, HostPool, HostSlots, Layout, MmapPool, PoolGeometry,
-    ReadItem, ReadOutcome, SetOutcome, StorageIdentity, TransferMode, WriteItem, pool as hpool,
+    Access, Error, HiCache, HiCacheOptions, HostPool, HostSlots, Layout, MmapPool, ObjectKey,
+    PoolGeometry, ReadItem, ReadOutcome, SetOutcome, Slice, StorageIdentity, TransferMode,
+    WriteItem, pool as hpool,
 };
 
-use crate::cases::backend::{block, buffer, key};
+use crate::cases::backend::{Buf, block, buffer, key};
 use crate::check::{CaseError, CaseResult};
 use crate::fixtures::{keys, mha, pattern, pool};
 use crate::suite::TrialEnv;
@@ -437,16 +438,8 @@ pub async fn cancel_deregister_in_flight_is_busy(env: &TrialEnv) -> CaseResult {
     let n = block(env);
     let items = 64u64;
     let buf = buffer(&b, n * items)?;
-    let names: Vec<_> = (0..items).map(|i| key(env, &format!("busy-{i}"))).collect();
-    let segs: Vec<[hicache_core::Slice; 1]> = (0..items).map(|i| [buf.slice(i * n, n)]).collect();
-    let batch: Vec<WriteItem<'_>> = names
-        .iter()
-        .zip(&segs)
-        .map(|(k, s)| WriteItem {
-            key: k,
-            segments: s,
-        })
-        .collect();
+    let (names, segs) = blocks(env, &buf, "busy", items, n);
+    let batch = write_items(&names, &segs);
     let mut write = Box::pin(b.write(&batch));
     // Poll once: the backend takes its pins and starts (or finishes) the I/O.
     let first = futures_poll_once(write.as_mut()).await;
@@ -477,30 +470,19 @@ pub async fn cancel_dropped_read_moves_no_byte_afterwards(env: &TrialEnv) -> Cas
     let n = block(env);
     let items = 64u64;
     let src = buffer(&b, n * items)?;
-    let names: Vec<_> = (0..items).map(|i| key(env, &format!("drop-{i}"))).collect();
+    let (names, segs) = blocks(env, &src, "drop", items, n);
     for i in 0..items {
         src.fill(i * n, &pattern(n as usize, 300 + i as u32));
     }
-    let segs: Vec<[hicache_core::Slice; 1]> = (0..items).map(|i| [src.slice(i * n, n)]).collect();
-    let writes: Vec<WriteItem<'_>> = names
-        .iter()
-        .zip(&segs)
-        .map(|(k, s)| WriteItem {
-            key: k,
-            segments: s,
-        })
-        .collect();
+    let writes = write_items(&names, &segs);
     let w = b.write(&writes).await;
     ensure!(w.iter().all(|r| r.is_ok()), "{w:?}");
     let dst = buffer(&b, n * items)?;
-    let dsegs: Vec<[hicache_core::Slice; 1]> = (0..items).map(|i| [dst.slice(i * n, n)]).collect();
+    let (_, dsegs) = blocks(env, &dst, "drop", items, n);
     let reads: Vec<ReadItem<'_>> = names
         .iter()
         .zip(&dsegs)
-        .map(|(k, s)| ReadItem {
-            key: k,
-            segments: s,
-        })
+        .map(|(key, s)| ReadItem { key, segments: s })
         .collect();
     for yields in [0u64, 1, 3, 10] {
         {
@@ -521,6 +503,30 @@ pub async fn cancel_dropped_read_moves_no_byte_afterwards(env: &TrialEnv) -> Cas
     }
     b.deregister(dst.id)?;
     Ok(())
+}
+
+/// `items` keys named `<prefix>-<i>` and, for each, one block of `n` bytes of `buf`.
+fn blocks(
+    env: &TrialEnv,
+    buf: &Buf,
+    prefix: &str,
+    items: u64,
+    n: u64,
+) -> (Vec<ObjectKey>, Vec<[Slice; 1]>) {
+    let names = (0..items)
+        .map(|i| key(env, &format!("{prefix}-{i}")))
+        .collect();
+    let segs = (0..items).map(|i| [buf.slice(i * n, n)]).collect();
+    (names, segs)
+}
+
+/// One write item per key, from its block.
+fn write_items<'a>(names: &'a [ObjectKey], segs: &'a [[Slice; 1]]) -> Vec<WriteItem<'a>> {
+    names
+        .iter()
+        .zip(segs)
+        .map(|(key, s)| WriteItem { key, segments: s })
+        .collect()
 }
 
 /// Polls a future once; `Some` when it finished on that poll.

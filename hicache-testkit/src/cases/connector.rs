@@ -517,19 +517,9 @@ pub async fn connector_other_layout_misses(env: &TrialEnv) -> CaseResult {
 pub async fn connector_other_dtype_or_page_size_misses(env: &TrialEnv) -> CaseResult {
     let id = StorageIdentity::single("m");
     let g = mha(Layout::PageFirst, 16, PAGES);
-    let with = |dtype, page_tokens| {
-        PoolGeometry::new(
-            g.attention(),
-            g.layers(),
-            dtype,
-            page_tokens,
-            g.layout(),
-            g.pages(),
-        )
-    };
-    let fp8 = with(Dtype::Fp8E4m3, g.page_tokens())?;
+    let fp8 = g.with_dtype(Dtype::Fp8E4m3)?;
     isolated(env, (id.clone(), g), (id.clone(), fp8)).await?;
-    let ps8 = with(g.dtype(), 8)?;
+    let ps8 = g.with_page_tokens(8)?;
     isolated(env, (id.clone(), g), (id, ps8)).await
 }
 
