@@ -224,6 +224,22 @@ impl JsonOut {
         !matches!(self, JsonOut::None)
     }
 
+    /// Fails before any work when the JSON file cannot be written (a missing dir, no
+    /// permission), instead of after a long benchmark.
+    fn check_writable(&self) -> hicache::Result<()> {
+        if let JsonOut::File(p) = self {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(p)
+                .map_err(|e| {
+                    hicache::Error::io("cli", "open the --json file", Some(p.clone()), e)
+                })?;
+        }
+        Ok(())
+    }
+
     /// Writes `value`; returns whether stdout was used (so text output is skipped).
     fn emit(&self, value: &serde_json::Value) -> hicache::Result<bool> {
         let text = serde_json::to_string_pretty(value).unwrap_or_default();
@@ -253,12 +269,13 @@ fn runtime() -> hicache::Result<tokio::runtime::Runtime> {
 fn run(cli: Cli) -> hicache::Result<ExitCode> {
     let config = load_config(&cli.global)?;
     let json = JsonOut::from(&cli.global.json);
+    json.check_writable()?;
     match cli.command {
-        Command::Plugins => plugins(&config, json.enabled()),
+        Command::Plugins => plugins(&config, &json),
         Command::Config {
             command: ConfigCommand::Show,
         } => {
-            config_show(&config, json.enabled());
+            config_show(&config, &json)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => bench(config, &args, &json),
@@ -491,7 +508,7 @@ fn scrub(config: &hicache::Config, args: &ScrubArgs, json: &JsonOut) -> hicache:
     })
 }
 
-fn plugins(config: &hicache::Config, json: bool) -> hicache::Result<ExitCode> {
+fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Result<ExitCode> {
     let registry = hicache::registry()?;
     let considered = registry.probe_all(config);
     // The plugin `auto` would choose: the first usable one in selection order.
@@ -503,7 +520,33 @@ fn plugins(config: &hicache::Config, json: bool) -> hicache::Result<ExitCode> {
         PluginChoice::Auto => None,
         PluginChoice::Named(n) => Some(n.clone()),
     };
-    if json {
+    if let Some(name) = &requested
+        && !considered.iter().any(|c| c.name.eq_ignore_ascii_case(name))
+    {
+        let available: Vec<String> = considered.iter().map(|c| c.name.clone()).collect();
+        return Err(hicache::Error::UnknownPlugin {
+            name: name.clone(),
+            suggestion: hicache_core::error::closest_match(
+                name,
+                available.iter().map(String::as_str),
+            ),
+            available,
+        });
+    }
+    // A failed listing exits non-zero: the requested plugin is unusable here, or `auto`
+    // finds nothing usable.
+    let usable = match &requested {
+        Some(name) => considered
+            .iter()
+            .any(|c| c.name.eq_ignore_ascii_case(name) && c.verdict.is_usable()),
+        None => auto_choice.is_some(),
+    };
+    let code = if usable {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    };
+    if json.enabled() {
         let rows: Vec<serde_json::Value> = considered
             .iter()
             .map(|c| {
@@ -521,13 +564,15 @@ fn plugins(config: &hicache::Config, json: bool) -> hicache::Result<ExitCode> {
             "plugins": rows,
             "auto_choice": auto_choice,
             "requested": config.plugin.value.to_string(),
+            "usable": usable,
         });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-        return Ok(ExitCode::SUCCESS);
+        if json.emit(&out)? {
+            return Ok(code);
+        }
     }
     if considered.is_empty() {
         println!("no plugin is compiled into this build (enable a feature of the `hicache` crate)");
-        return Ok(ExitCode::SUCCESS);
+        return Ok(code);
     }
     println!(
         "{:<2}{:<8} {:<5} {:>8}  VERDICT",
@@ -557,19 +602,26 @@ fn plugins(config: &hicache::Config, json: bool) -> hicache::Result<ExitCode> {
         );
     }
     match (&requested, &auto_choice) {
-        (Some(name), _) => println!("\nrequested plugin: {name} (from {})", config.plugin.source),
+        (Some(name), _) if usable => {
+            println!("\nrequested plugin: {name} (from {})", config.plugin.source)
+        }
+        (Some(name), _) => println!(
+            "\nrequested plugin: {name} (from {}) is unusable here",
+            config.plugin.source
+        ),
         (None, Some(name)) => println!("\n* = what `auto` chooses here: {name}"),
         (None, None) => println!("\n`auto` finds no usable plugin here"),
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }
 
-fn config_show(config: &hicache::Config, json: bool) {
+fn config_show(config: &hicache::Config, json: &JsonOut) -> hicache::Result<()> {
     let entries = config.entries();
-    if json {
+    if json.enabled() {
         let out = serde_json::json!({ "settings": entries, "warnings": config.warnings });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-        return;
+        if json.emit(&out)? {
+            return Ok(());
+        }
     }
     let width = entries.iter().map(|e| e.key.len()).max().unwrap_or(0);
     for e in &entries {
@@ -582,4 +634,5 @@ fn config_show(config: &hicache::Config, json: bool) {
     for w in &config.warnings {
         println!("warning: {w}");
     }
+    Ok(())
 }

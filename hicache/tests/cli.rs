@@ -44,3 +44,75 @@ fn a_closed_pipe_ends_quietly() {
         );
     }
 }
+
+/// A plugin that does not exist, or cannot work here, makes `plugins` fail.
+#[test]
+fn plugins_fails_for_an_unknown_or_unusable_plugin() {
+    let out = hicache()
+        .args(["plugins", "--plugin", "posixx"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let lower = err.to_lowercase();
+    assert!(
+        lower.contains("unknown plugin `posixx`") && lower.contains("did you mean `posix`"),
+        "{err}"
+    );
+
+    // A storage dir below a regular file cannot exist: POSIX is unusable there.
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let out = hicache()
+        .args(["plugins", "--plugin", "posix", "--dir"])
+        .arg(file.join("storage"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("unusable"), "{text}");
+}
+
+/// `--json FILE` is honoured by every command and checked before any work.
+#[test]
+fn json_files_are_written_and_checked_first() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["config", "show"][..], &["plugins"][..]] {
+        let file = dir.path().join(format!("{}.json", args[0]));
+        let out = hicache()
+            .args(args)
+            .arg("--json")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let value: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert!(value.is_object(), "{args:?}");
+    }
+    let unwritable = dir.path().join("no-such-dir").join("out.json");
+    let storage = tempfile::tempdir().unwrap();
+    let out = hicache()
+        .args(["bench", "--rounds", "50", "--dir"])
+        .arg(storage.path())
+        .arg("--json")
+        .arg(&unwritable)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--json") && err.contains("no-such-dir"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(storage.path()).unwrap().count(),
+        0,
+        "the benchmark ran before the --json path was checked"
+    );
+}
