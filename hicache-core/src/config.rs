@@ -597,15 +597,19 @@ fn apply_top_level(cfg: &mut Config, key: &str, value: &Value, source: &Source) 
             cfg.plugin.offer(PluginChoice::parse(&s), src);
         }
         "storage_dir" => {
+            // A list is taken verbatim (a dir may contain a comma); a string is SGLang's
+            // comma-separated form.
             let dirs = match value {
-                Value::Array(items) => items
-                    .iter()
-                    .map(|v| string_value(key, v, source))
-                    .collect::<Result<Vec<_>>>()?
-                    .join(","),
-                other => string_value(key, other, source)?,
+                Value::Array(items) => check_dir_list(
+                    items
+                        .iter()
+                        .map(|v| string_value(key, v, source).map(PathBuf::from))
+                        .collect::<Result<Vec<_>>>()?,
+                    source,
+                )?,
+                other => parse_dir_list(&string_value(key, other, source)?, source)?,
             };
-            cfg.storage_dirs.offer(parse_dir_list(&dirs, source)?, src);
+            cfg.storage_dirs.offer(dirs, src);
         }
         "use_direct_io" => {
             let b = strict_bool(key, value, source)?;
@@ -813,13 +817,43 @@ fn raw_value(key: &str, value: &Value, source: &Source) -> Result<RawValue> {
     })
 }
 
-/// Parses a comma list of storage dirs: entries trimmed, empty ones dropped, order kept,
-/// duplicates (same real path, e.g. through a symlink) rejected.
+/// Storage dirs for humans: SGLang's comma form, or a JSON list when a dir holds a comma
+/// (the comma form would read as two dirs).
+fn render_dirs(dirs: &[PathBuf]) -> String {
+    let names: Vec<String> = dirs.iter().map(|p| p.display().to_string()).collect();
+    if names.iter().any(|n| n.contains(',')) {
+        serde_json::to_string(&names).unwrap_or_default()
+    } else {
+        names.join(",")
+    }
+}
+
+/// Parses a comma list of storage dirs (SGLang's form): entries trimmed, empty ones dropped,
+/// order kept, duplicates (same real path, e.g. through a symlink) rejected.
 pub fn parse_dir_list(list: &str, source: &Source) -> Result<Vec<PathBuf>> {
+    check_dir_list(
+        list.split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(PathBuf::from)
+            .collect(),
+        source,
+    )
+}
+
+/// Checks a list of storage dirs taken verbatim: not empty, no entry empty, no duplicates
+/// (same real path, e.g. through a symlink).
+pub fn check_dir_list(list: Vec<PathBuf>, source: &Source) -> Result<Vec<PathBuf>> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     let mut real: Vec<PathBuf> = Vec::new();
-    for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let path = PathBuf::from(entry);
+    for path in list {
+        if path.as_os_str().is_empty() {
+            return Err(Error::invalid_config(
+                "storage_dir",
+                source.to_string(),
+                "an entry of the list is empty",
+            ));
+        }
         let canonical = real_path(&path);
         if let Some(i) = real.iter().position(|r| *r == canonical) {
             return Err(Error::InvalidConfig {
@@ -928,12 +962,7 @@ impl Config {
         );
         push(
             "storage_dir".into(),
-            self.storage_dirs
-                .value
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(","),
+            render_dirs(&self.storage_dirs.value),
             &self.storage_dirs.source,
             &self.storage_dirs.overridden,
         );

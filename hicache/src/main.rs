@@ -195,8 +195,19 @@ fn load_config(g: &GlobalArgs) -> hicache::Result<hicache::Config> {
         loader = loader.set("plugin", p.as_str());
     }
     if !g.dirs.is_empty() {
-        let list: Vec<String> = g.dirs.iter().map(|d| d.display().to_string()).collect();
-        loader = loader.set("storage_dir", list.join(","));
+        // Verbatim: each --dir is one dir, commas included.
+        let mut list = Vec::with_capacity(g.dirs.len());
+        for d in &g.dirs {
+            let s = d.to_str().ok_or_else(|| {
+                hicache::Error::invalid_config(
+                    "--dir",
+                    "the command line",
+                    format!("{} is not valid UTF-8", d.display()),
+                )
+            })?;
+            list.push(serde_json::Value::String(s.to_string()));
+        }
+        loader = loader.set("storage_dir", serde_json::Value::Array(list));
     }
     if let Some(d) = &g.direct_io {
         loader = loader.set("use_direct_io", d.as_str());

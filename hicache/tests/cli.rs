@@ -116,3 +116,54 @@ fn json_files_are_written_and_checked_first() {
         "the benchmark ran before the --json path was checked"
     );
 }
+
+/// `--dir` values are taken verbatim: a comma is part of the name, not a separator.
+#[test]
+fn dir_flags_are_taken_verbatim() {
+    let tmp = tempfile::tempdir().unwrap();
+    let odd = tmp.path().join("a,b");
+    let other = tmp.path().join("c");
+    let out = hicache()
+        .args(["config", "show", "--json", "--dir"])
+        .arg(&odd)
+        .arg("--dir")
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dirs = value["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"] == "storage_dir")
+        .map(|e| e["value"].to_string())
+        .unwrap();
+    let want =
+        serde_json::to_string(&[odd.display().to_string(), other.display().to_string()]).unwrap();
+    assert_eq!(dirs, serde_json::Value::String(want).to_string());
+    // SGLang's comma form stays for the environment and config strings.
+    let out = hicache()
+        .args(["config", "show", "--json"])
+        .env(
+            "HICACHE_STORAGE_DIR",
+            format!("{},{}", odd.display(), other.display()),
+        )
+        .output()
+        .unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dirs = value["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"] == "storage_dir")
+        .map(|e| e["value"].to_string())
+        .unwrap();
+    // Three dirs: ".../a", "b" and ".../c".
+    let want = format!("{}/a,b,{}", tmp.path().display(), other.display());
+    assert_eq!(dirs, serde_json::Value::String(want).to_string());
+}
