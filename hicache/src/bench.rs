@@ -32,6 +32,15 @@ pub enum ModelShape {
 impl ModelShape {
     /// Parses `llama3-8b`, `qwen3-8b`, `deepseek-v3`, `custom`.
     pub fn parse(name: &str, page_bytes: Option<u64>) -> Result<Self> {
+        if page_bytes.is_some() && name != "custom" {
+            return Err(Error::invalid_config(
+                "--page-bytes",
+                "the command line",
+                format!(
+                    "applies to --model custom only, not to {name} (whose page size follows from the model)"
+                ),
+            ));
+        }
         Ok(match name {
             "llama3-8b" => ModelShape::Llama3_8b,
             "qwen3-8b" => ModelShape::Qwen3_8b,

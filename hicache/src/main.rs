@@ -62,9 +62,9 @@ struct ShapeArgs {
     /// Page shape: llama3-8b, qwen3-8b, deepseek-v3, or custom (with --page-bytes).
     #[arg(long, default_value = "llama3-8b")]
     model: String,
-    /// Tokens per page.
-    #[arg(long, default_value_t = 8)]
-    page_tokens: u64,
+    /// Tokens per page [default: 8; a custom page is 16 tokens of --page-bytes].
+    #[arg(long)]
+    page_tokens: Option<u64>,
     /// Bytes per page for --model custom (a multiple of 512).
     #[arg(long)]
     page_bytes: Option<u64>,
@@ -85,7 +85,15 @@ impl ShapeArgs {
                 ),
             )
         })?;
-        ModelShape::parse(&self.model, self.page_bytes)?.geometry(self.page_tokens, layout, pages)
+        let shape = ModelShape::parse(&self.model, self.page_bytes)?;
+        if matches!(shape, ModelShape::Custom { .. }) && self.page_tokens.is_some() {
+            return Err(hicache::Error::invalid_config(
+                "--page-tokens",
+                "the command line",
+                "does not apply to --model custom, whose pages are 16 tokens of --page-bytes",
+            ));
+        }
+        shape.geometry(self.page_tokens.unwrap_or(8), layout, pages)
     }
 }
 
@@ -296,6 +304,20 @@ fn run(cli: Cli) -> hicache::Result<ExitCode> {
 }
 
 fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::Result<ExitCode> {
+    for (flag, value) in [
+        ("--pages", args.pages.unwrap_or(1)),
+        ("--batch", args.batch as u64),
+        ("--threads", args.threads as u64),
+        ("--rounds", args.rounds as u64),
+    ] {
+        if value == 0 {
+            return Err(hicache::Error::invalid_config(
+                flag,
+                "the command line",
+                "must be at least 1",
+            ));
+        }
+    }
     let one = args.shape.geometry(1)?;
     let pages = args
         .pages

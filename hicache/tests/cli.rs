@@ -167,3 +167,44 @@ fn dir_flags_are_taken_verbatim() {
     let want = format!("{}/a,b,{}", tmp.path().display(), other.display());
     assert_eq!(dirs, serde_json::Value::String(want).to_string());
 }
+
+/// Flags that cannot apply, and numbers that make no sense, are errors naming the flag —
+/// before any work.
+#[test]
+fn inapplicable_flags_and_bad_numbers_are_errors() {
+    let storage = tempfile::tempdir().unwrap();
+    for (args, flag) in [
+        (&["bench", "--page-bytes", "65536"][..], "--page-bytes"),
+        (
+            &["bench", "--model", "custom", "--page-tokens", "4"][..],
+            "--page-tokens",
+        ),
+        (&["bench", "--batch", "0"][..], "--batch"),
+        (&["bench", "--threads", "0"][..], "--threads"),
+        (&["bench", "--rounds", "0"][..], "--rounds"),
+        (&["bench", "--pages", "0"][..], "--pages"),
+        (&["bench", "--page-tokens", "0"][..], "page_tokens"),
+        (&["bench", "--batch=-1"][..], "--batch"),
+        (
+            &["bench", "--pages", "99999999999999999999999"][..],
+            "--pages",
+        ),
+        (
+            &["bench", "--model", "custom", "--page-bytes", "1000"][..],
+            "page-bytes",
+        ),
+        (&["doctor", "--page-bytes", "65536"][..], "--page-bytes"),
+    ] {
+        let out = hicache()
+            .args(args)
+            .arg("--dir")
+            .arg(storage.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(flag), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read_dir(storage.path()).unwrap().count(), 0);
+}
