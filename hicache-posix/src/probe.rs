@@ -129,6 +129,65 @@ fn round_trip(dir: &Path, align: u64, direct: bool) -> std::io::Result<()> {
 }
 
 /// The plugin's probe: config valid, every dir writable with a verified round trip.
+/// `None` when `dir` exists (or cannot be looked at: the full probe says why); otherwise
+/// whether it could be created, judged without creating anything.
+fn missing_dir(dir: &Path) -> Option<Result<String, DirProblem>> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        _ => return None,
+    }
+    let cannot = |reason: String| {
+        DirProblem {
+        reason,
+        hint: "create the dir with write permission for this user, or choose another one with --dir or HICACHE_STORAGE_DIR".into(),
+    }
+    };
+    let mut ancestor = dir;
+    let existing = loop {
+        match ancestor.parent() {
+            Some(p) if p.as_os_str().is_empty() => break Path::new("."),
+            Some(p) => {
+                if std::fs::symlink_metadata(p).is_ok() {
+                    break p;
+                }
+                ancestor = p;
+            }
+            None => break Path::new("/"),
+        }
+    };
+    if !existing.is_dir() {
+        return Some(Err(cannot(format!(
+            "storage dir {} cannot be created: {} is not a directory",
+            dir.display(),
+            existing.display()
+        ))));
+    }
+    let Ok(c) = fsinfo::cstring(existing) else {
+        return Some(Err(cannot(format!(
+            "storage dir {} cannot be created: {} has a NUL byte",
+            dir.display(),
+            existing.display()
+        ))));
+    };
+    // SAFETY: a NUL-terminated path; access only reads it.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Some(Err(cannot(format!(
+            "storage dir {} cannot be created: {} is not writable: {}",
+            dir.display(),
+            existing.display(),
+            std::io::Error::last_os_error()
+        ))));
+    }
+    let fs = fsinfo::fs_info(existing)
+        .map(|f| f.fs_type)
+        .unwrap_or_else(|_| "unknown filesystem".into());
+    Some(Ok(format!(
+        "{}: does not exist yet, created when the plugin opens (under {}, {fs}); O_DIRECT is probed then",
+        dir.display(),
+        existing.display()
+    )))
+}
+
 pub(crate) fn probe(ctx: &PluginContext<'_>) -> Verdict {
     let cfg = match PosixConfig::from_context(ctx) {
         Ok(c) => c,
@@ -151,6 +210,22 @@ pub(crate) fn probe(ctx: &PluginContext<'_>) -> Verdict {
     drop(uring);
     let mut details = Vec::new();
     for dir in &cfg.dirs {
+        // A probe creates nothing: a dir that does not exist yet is judged by the nearest
+        // existing ancestor it would be created under (the backend creates it on open).
+        if let Some(missing) = missing_dir(dir) {
+            match missing {
+                Ok(detail) => {
+                    details.push(detail);
+                    continue;
+                }
+                Err(problem) => {
+                    return Verdict::Unusable {
+                        reason: problem.reason,
+                        hint: Some(problem.hint),
+                    };
+                }
+            }
+        }
         match probe_dir(dir, cfg.direct_io) {
             Ok(p) => {
                 let dio = match (p.direct_io, &p.direct_io_error) {

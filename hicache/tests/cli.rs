@@ -208,3 +208,25 @@ fn inapplicable_flags_and_bad_numbers_are_errors() {
     }
     assert_eq!(std::fs::read_dir(storage.path()).unwrap().count(), 0);
 }
+
+/// Listing commands create nothing: a storage dir that does not exist yet is judged by
+/// where it would be created, and stays missing.
+#[test]
+fn listing_commands_create_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("not").join("yet");
+    for args in [&["plugins"][..], &["config", "show"][..]] {
+        let out = hicache()
+            .args(args)
+            .args(["--plugin", "posix", "--dir"])
+            .arg(&missing)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {text}");
+        if args[0] == "plugins" {
+            assert!(text.contains("does not exist yet"), "{text}");
+        }
+        assert!(!tmp.path().join("not").exists(), "{args:?} created a dir");
+    }
+}
