@@ -498,10 +498,25 @@ fn read_document(path: &Path) -> Result<Value> {
     if ext == "json" {
         serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))
     } else {
-        let table: toml::Table =
-            toml::from_str(&text).map_err(|e| err(format!("invalid TOML: {e}")))?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| err(toml_error(&text, &e)))?;
         serde_json::to_value(table).map_err(|e| err(e.to_string()))
     }
+}
+
+/// A TOML parse error by position and message only: the parser's own rendering quotes the
+/// offending line, which may hold a secret (`secret_key = "…` with a missing quote).
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let position = e.span().map(|span| {
+        let before = &text[..span.start.min(text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        format!(" at line {line}, column {column}")
+    });
+    format!(
+        "invalid TOML{}: {}",
+        position.unwrap_or_default(),
+        e.message()
+    )
 }
 
 /// Applies one document. Returns true when it is fully qualified with no active section.
@@ -1304,6 +1319,21 @@ mod tests {
         assert!(
             err.to_string().contains("unsupported config format"),
             "{err}"
+        );
+        let leaky = write(
+            dir.path(),
+            "s.toml",
+            "[plugin.obj]\naccess_key = \"AKIA\"\nsecret_key = \"hunter2-very-secret\nbucket = \"b\"\n",
+        );
+        let err = ConfigLoader::new()
+            .file(&leaky)
+            .load()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("invalid TOML at line"), "{err}");
+        assert!(
+            !err.contains("hunter2"),
+            "a parse error echoed a secret: {err}"
         );
         let broken = write(dir.path(), "b.toml", "use_direct_io = ");
         assert!(
