@@ -858,9 +858,14 @@ pub fn parse_dir_list(list: &str, source: &Source) -> Result<Vec<PathBuf>> {
 
 /// Checks a list of storage dirs taken verbatim: not empty, no entry empty, no duplicates
 /// (same real path, e.g. through a symlink).
+///
+/// A relative entry from a config file is relative to the file's directory, not to the
+/// process's working directory. Two entries are the same dir when their real paths match or,
+/// for dirs that exist, their device and inode do (a bind mount has another path).
 pub fn check_dir_list(list: Vec<PathBuf>, source: &Source) -> Result<Vec<PathBuf>> {
+    use std::os::unix::fs::MetadataExt;
     let mut dirs: Vec<PathBuf> = Vec::new();
-    let mut real: Vec<PathBuf> = Vec::new();
+    let mut real: Vec<(PathBuf, Option<(u64, u64)>)> = Vec::new();
     for path in list {
         if path.as_os_str().is_empty() {
             return Err(Error::invalid_config(
@@ -869,8 +874,18 @@ pub fn check_dir_list(list: Vec<PathBuf>, source: &Source) -> Result<Vec<PathBuf
                 "an entry of the list is empty",
             ));
         }
+        let path = match source {
+            Source::File(file) if path.is_relative() => file
+                .parent()
+                .map_or_else(|| path.clone(), |dir| dir.join(&path)),
+            _ => path,
+        };
         let canonical = real_path(&path);
-        if let Some(i) = real.iter().position(|r| *r == canonical) {
+        let identity = std::fs::metadata(&path).ok().map(|m| (m.dev(), m.ino()));
+        if let Some(i) = real
+            .iter()
+            .position(|(r, id)| *r == canonical || (identity.is_some() && *id == identity))
+        {
             return Err(Error::InvalidConfig {
                 key: "storage_dir".into(),
                 source_desc: source.to_string(),
@@ -883,7 +898,7 @@ pub fn check_dir_list(list: Vec<PathBuf>, source: &Source) -> Result<Vec<PathBuf
             });
         }
         dirs.push(path);
-        real.push(canonical);
+        real.push((canonical, identity));
     }
     if dirs.is_empty() {
         return Err(Error::invalid_config(
@@ -1227,6 +1242,49 @@ mod tests {
         assert!(posix.params.get("use_uring").is_some());
         assert!(cfg.warnings.iter().any(|w| w.contains("both active")));
         assert!(!cfg.use_direct_io.value);
+    }
+
+    #[test]
+    fn relative_dirs_in_a_file_are_relative_to_the_file_and_bind_mounts_are_duplicates() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(
+            dir.path(),
+            "c.toml",
+            "storage_dir = [\"pages\", \"/abs\"]\n",
+        );
+        let cfg = ConfigLoader::new().file(&file).load().unwrap();
+        assert_eq!(
+            cfg.storage_dirs.value,
+            vec![dir.path().join("pages"), PathBuf::from("/abs")]
+        );
+        // The same dir under two names that no path resolution merges: a bind mount.
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let src = std::ffi::CString::new(a.to_str().unwrap()).unwrap();
+        let dst = std::ffi::CString::new(b.to_str().unwrap()).unwrap();
+        // SAFETY: NUL-terminated paths; a bind mount of one temp dir onto another.
+        let mounted = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                dst.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        } == 0;
+        if mounted {
+            let err = check_dir_list(vec![a.clone(), b.clone()], &Source::Api);
+            // SAFETY: unmounting what was mounted above.
+            unsafe { libc::umount2(dst.as_ptr(), libc::MNT_DETACH) };
+            assert!(
+                err.is_err(),
+                "a bind mount of the same dir was accepted twice"
+            );
+        } else {
+            eprintln!("skipped the bind-mount half: mount needs root");
+        }
     }
 
     #[test]
