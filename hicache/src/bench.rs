@@ -137,8 +137,10 @@ pub struct PhaseStats {
     pub p50_ms: f64,
     /// 99th percentile batch latency, ms.
     pub p99_ms: f64,
-    /// Pages that failed or missed.
+    /// Pages that failed or missed (not counted in GB/s and pages/s).
     pub failed_pages: u64,
+    /// The first failure of each kind (`<kind>: <message>`), so a failing run says why.
+    pub first_errors: Vec<String>,
 }
 
 /// The result of `hicache bench`.
@@ -168,7 +170,9 @@ pub struct BenchReport {
     pub read_gbps: f64,
     /// Existence checks per second.
     pub exists_keys_per_s: f64,
-    /// Every page read back equals what was written.
+    /// Whether pages were read back and compared (false for a write-only run).
+    pub read_back: bool,
+    /// Every page read back equals what was written (false when nothing was read back).
     pub verified: bool,
     /// Per-round write figures.
     pub write_rounds: Vec<PhaseStats>,
@@ -201,7 +205,8 @@ impl BenchReport {
             write_gbps: median(write_rounds.iter().map(|r| r.gbps).collect()),
             read_gbps: median(read_rounds.iter().map(|r| r.gbps).collect()),
             exists_keys_per_s: 0.0,
-            verified,
+            read_back: !read_rounds.is_empty(),
+            verified: verified && !read_rounds.is_empty(),
             write_rounds,
             read_rounds,
         }
@@ -324,12 +329,45 @@ fn stats(
     page_bytes: u64,
 ) -> PhaseStats {
     let secs = elapsed.as_secs_f64().max(1e-9);
+    // Only pages that succeeded count: a failing backend must not look fast.
+    let done = pages.saturating_sub(failed);
     PhaseStats {
-        gbps: (pages * page_bytes) as f64 / secs / 1e9,
-        pages_per_s: pages as f64 / secs,
+        gbps: (done * page_bytes) as f64 / secs / 1e9,
+        pages_per_s: done as f64 / secs,
         p50_ms: percentile(lat, 0.5),
         p99_ms: percentile(lat, 0.99),
         failed_pages: failed,
+        first_errors: Vec::new(),
+    }
+}
+
+/// The first failure of each kind seen in a phase, shared by its streams.
+#[derive(Clone, Default)]
+struct FirstErrors(Arc<std::sync::Mutex<std::collections::BTreeMap<String, String>>>);
+
+impl FirstErrors {
+    /// Records a failure unless one of its kind was recorded already.
+    fn note(&self, kind: &dyn std::fmt::Debug, message: &dyn std::fmt::Display) {
+        // The variant name: `Io { .. }` → `Io`, `ChecksumMismatch` → `ChecksumMismatch`.
+        let kind = format!("{kind:?}");
+        let kind = kind
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .next()
+            .unwrap_or("error")
+            .to_string();
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(kind)
+            .or_insert_with(|| message.to_string());
+    }
+
+    /// `<kind>: <message>` per kind, emptying the record for the next phase.
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+            .into_iter()
+            .map(|(kind, message)| format!("{kind}: {message}"))
+            .collect()
     }
 }
 
@@ -366,42 +404,60 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
             keys = round_keys(round)?;
         }
         if opts.write {
-            let (c, k) = (cache.clone(), keys.clone());
+            let (c, k, errs) = (cache.clone(), keys.clone(), FirstErrors::default());
             let progress = Progress::new(opts.progress, "write", calls);
+            let e = errs.clone();
             let (el, lat, failed) = phase(opts.streams, calls, &progress, move |i| {
-                let (c, k) = (c.clone(), k.clone());
+                let (c, k, e) = (c.clone(), k.clone(), e.clone());
                 async move {
                     let lo = i * batch;
                     let hi = (lo + batch).min(k.len());
                     let idx: Vec<u64> = (lo as u64..hi as u64).collect();
                     let r = c.batch_set(&k[lo..hi], HostSlots::Pages(&idx)).await?;
-                    Ok(r.iter().filter(|r| r.is_err()).count() as u64)
+                    let mut failed = 0;
+                    for err in r.iter().filter_map(|r| r.as_ref().err()) {
+                        e.note(err, err);
+                        failed += 1;
+                    }
+                    Ok(failed)
                 }
             })
             .await?;
-            write_rounds.push(stats(el, &lat, failed, pages, page_bytes));
+            let mut st = stats(el, &lat, failed, pages, page_bytes);
+            st.first_errors = errs.take();
+            write_rounds.push(st);
         }
         if opts.read {
             for p in pages..2 * pages {
                 pool::scatter_page(pool.as_ref(), p, &vec![0u8; page_bytes as usize])?;
             }
-            let (c, k) = (cache.clone(), keys.clone());
+            let (c, k, errs) = (cache.clone(), keys.clone(), FirstErrors::default());
             let progress = Progress::new(opts.progress, "read", calls);
+            let e = errs.clone();
             let (el, lat, failed) = phase(opts.streams, calls, &progress, move |i| {
-                let (c, k) = (c.clone(), k.clone());
+                let (c, k, e) = (c.clone(), k.clone(), e.clone());
                 async move {
                     let lo = i * batch;
                     let hi = (lo + batch).min(k.len());
                     let n = k.len() as u64;
                     let idx: Vec<u64> = (lo as u64 + n..hi as u64 + n).collect();
                     let r = c.batch_get(&k[lo..hi], HostSlots::Pages(&idx)).await?;
-                    Ok(r.iter()
-                        .filter(|r| !matches!(r, Ok(ReadOutcome::Hit)))
-                        .count() as u64)
+                    let mut failed = 0;
+                    for r in &r {
+                        match r {
+                            Ok(ReadOutcome::Hit) => continue,
+                            Ok(ReadOutcome::Miss(reason)) => e.note(reason, reason),
+                            Err(err) => e.note(err, err),
+                        }
+                        failed += 1;
+                    }
+                    Ok(failed)
                 }
             })
             .await?;
-            read_rounds.push(stats(el, &lat, failed, pages, page_bytes));
+            let mut st = stats(el, &lat, failed, pages, page_bytes);
+            st.first_errors = errs.take();
+            read_rounds.push(st);
             let mut buf = vec![0u8; page_bytes as usize];
             for p in 0..pages {
                 pool::gather_page(pool.as_ref(), pages + p, &mut buf)?;
@@ -443,7 +499,8 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
         write_gbps: median(write_rounds.iter().map(|r| r.gbps).collect()),
         read_gbps: median(read_rounds.iter().map(|r| r.gbps).collect()),
         exists_keys_per_s,
-        verified: verified && (opts.read || opts.exists || !opts.write),
+        read_back: !read_rounds.is_empty(),
+        verified: verified && !read_rounds.is_empty(),
         write_rounds,
         read_rounds,
     })
@@ -646,4 +703,19 @@ pub async fn raw_object_store(
         read_rounds,
         verified,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_pages_do_not_count_as_throughput() {
+        let st = stats(Duration::from_secs(1), &[], 10, 100, 1000);
+        assert_eq!(st.pages_per_s, 90.0);
+        assert_eq!(st.gbps, 90.0 * 1000.0 / 1e9);
+        assert_eq!(st.failed_pages, 10);
+        let all_failed = stats(Duration::from_secs(1), &[], 100, 100, 1000);
+        assert_eq!(all_failed.gbps, 0.0);
+    }
 }

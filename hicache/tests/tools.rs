@@ -437,3 +437,64 @@ fn scrub_survives_crafted_headers_and_huge_files_and_never_follows_links() {
     }
     assert!(paths[3].exists());
 }
+
+#[test]
+fn bench_counts_only_successful_pages_and_names_the_first_failures() {
+    use hicache_testkit::{FaultPlan, FaultyBackend};
+    let faulty = FaultyBackend::new(
+        Arc::new(hicache::MemoryBackend::new()),
+        FaultPlan {
+            seed: 11,
+            eio: 0.25,
+            ..FaultPlan::default()
+        },
+    );
+    let injected = faulty.injected.clone();
+    let cache = Arc::new(
+        HiCache::with_backend(
+            Arc::new(faulty),
+            ConfigLoader::new().load().unwrap(),
+            HiCacheOptions::default(),
+        )
+        .unwrap(),
+    );
+    let geometry = ModelShape::Custom {
+        page_bytes: 64 << 10,
+    }
+    .geometry(16, Layout::PageFirst, 1)
+    .unwrap();
+    let opts = |read: bool| BenchOptions {
+        geometry,
+        pages: 64,
+        batch: 8,
+        streams: 2,
+        rounds: 1,
+        write: true,
+        read,
+        exists: false,
+        keep: false,
+        progress: false,
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let report = rt
+        .block_on(hicache::bench::run(cache.clone(), &opts(true)))
+        .unwrap();
+    assert!(injected.total() > 0);
+    let w = &report.write_rounds[0];
+    assert!(w.failed_pages > 0, "{report:#?}");
+    assert!(
+        w.first_errors.iter().any(|e| e.starts_with("Io: ")),
+        "{:?}",
+        w.first_errors
+    );
+    // Pages per second counts the pages that were written, not the ones that failed.
+    let written = report.pages - w.failed_pages;
+    assert!(w.pages_per_s > 0.0 && written < report.pages);
+    assert!(report.read_back && !report.verified, "{report:#?}");
+    assert!(!report.read_rounds[0].first_errors.is_empty());
+
+    let write_only = rt
+        .block_on(hicache::bench::run(cache, &opts(false)))
+        .unwrap();
+    assert!(!write_only.read_back && !write_only.verified);
+}
