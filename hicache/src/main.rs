@@ -293,10 +293,7 @@ fn run(cli: Cli) -> hicache::Result<ExitCode> {
         Command::Plugins => plugins(&config, &json),
         Command::Config {
             command: ConfigCommand::Show,
-        } => {
-            config_show(&config, &json)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => config_show(&config, &json),
         Command::Bench(args) => bench(config, &args, &json),
         Command::Doctor(args) => doctor(&config, &args, &json),
         Command::Scrub(args) => scrub(&config, &args, &json),
@@ -652,12 +649,44 @@ fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Result<ExitCode
     Ok(code)
 }
 
-fn config_show(config: &hicache::Config, json: &JsonOut) -> hicache::Result<()> {
+/// Plugin parameters the plugin would refuse, as `bench` and `doctor` would report them: the
+/// requested plugin's (sections and flat form), and every other section's.
+fn parameter_problems(config: &hicache::Config) -> hicache::Result<Vec<String>> {
+    let registry = hicache::registry()?;
+    let mut problems = Vec::new();
+    for plugin in registry.plugins() {
+        let named = matches!(&config.plugin.value,
+            PluginChoice::Named(n) if n.eq_ignore_ascii_case(plugin.name));
+        // Flat parameters belong to the requested plugin only.
+        let own_section = config.section(plugin.name).is_some() && config.flat_params.is_empty();
+        if (named || own_section)
+            && let Err(e) = hicache::registry::params_for(plugin, config)
+        {
+            problems.push(e.to_string());
+        }
+    }
+    Ok(problems)
+}
+
+fn config_show(config: &hicache::Config, json: &JsonOut) -> hicache::Result<ExitCode> {
     let entries = config.entries();
+    let problems = parameter_problems(config)?;
+    let code = if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    };
+    for p in &problems {
+        eprintln!("error: {p}");
+    }
     if json.enabled() {
-        let out = serde_json::json!({ "settings": entries, "warnings": config.warnings });
+        let out = serde_json::json!({
+            "settings": entries,
+            "warnings": config.warnings,
+            "errors": problems,
+        });
         if json.emit(&out)? {
-            return Ok(());
+            return Ok(code);
         }
     }
     let width = entries.iter().map(|e| e.key.len()).max().unwrap_or(0);
@@ -671,5 +700,5 @@ fn config_show(config: &hicache::Config, json: &JsonOut) -> hicache::Result<()> 
     for w in &config.warnings {
         println!("warning: {w}");
     }
-    Ok(())
+    Ok(code)
 }

@@ -230,3 +230,30 @@ fn listing_commands_create_nothing() {
         assert!(!tmp.path().join("not").exists(), "{args:?} created a dir");
     }
 }
+
+/// `config show` flags plugin parameters the plugin would refuse, as bench and doctor do.
+#[test]
+fn config_show_flags_unknown_plugin_parameters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("c.toml");
+    std::fs::write(&file, "[plugin.posix]\nactive = true\nengin = \"threads\"\n").unwrap();
+    let out = hicache()
+        .args(["config", "show", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("engin") && err.contains("engine"), "{err}");
+    std::fs::write(&file, "[plugin.posix]\nactive = true\nengine = \"threads\"\n").unwrap();
+    let out = hicache()
+        .args(["config", "show", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
