@@ -82,7 +82,7 @@ impl PosixBackend {
         let mut roots = Vec::with_capacity(cfg.dirs.len());
         let mut root_info = Vec::with_capacity(cfg.dirs.len());
         for dir in &cfg.dirs {
-            prepare_dir(dir)?;
+            prepare_dir(dir, cfg.dir_mode)?;
             let fs = fsinfo::fs_info(dir)
                 .map_err(|e| Error::io(NAME, "statfs", Some(dir.clone()), e))?;
             let (direct, fallback) = if cfg.direct_io {
@@ -108,14 +108,16 @@ impl PosixBackend {
             };
             let spares = if cfg.spare_bytes > 0 {
                 Some(
-                    crate::spare::SparePool::new(dir, cfg.spare_bytes).map_err(|e| {
-                        Error::io(
-                            NAME,
-                            "create spare dir",
-                            Some(dir.join(crate::spare::SPARE_DIR)),
-                            e,
-                        )
-                    })?,
+                    crate::spare::SparePool::new(dir, cfg.spare_bytes, cfg.dir_mode).map_err(
+                        |e| {
+                            Error::io(
+                                NAME,
+                                "create spare dir",
+                                Some(dir.join(crate::spare::SPARE_DIR)),
+                                e,
+                            )
+                        },
+                    )?,
                 )
             } else {
                 None
@@ -124,6 +126,8 @@ impl PosixBackend {
                 path: dir.as_os_str().as_bytes().to_vec(),
                 direct,
                 spares,
+                file_mode: cfg.file_mode,
+                dir_mode: cfg.dir_mode,
             });
             root_info.push(RootInfo {
                 path: dir.clone(),
@@ -325,13 +329,17 @@ fn start_threads(
         .map_err(|e| Error::io(NAME, "spawn I/O threads", None, e))
 }
 
-/// Creates a storage dir and its 256 bucket dirs (`00`..`ff`).
-fn prepare_dir(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir)
+/// Creates a storage dir and its 256 bucket dirs (`00`..`ff`) with `mode`.
+fn prepare_dir(dir: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)
         .map_err(|e| Error::io(NAME, "create storage dir", Some(dir.to_path_buf()), e))?;
     for b in 0..=255u8 {
         let bucket = dir.join(std::str::from_utf8(&bucket_name(b)).expect("hex"));
-        match std::fs::create_dir(&bucket) {
+        match std::fs::DirBuilder::new().mode(mode).create(&bucket) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(Error::io(NAME, "create bucket dir", Some(bucket), e)),
@@ -349,7 +357,7 @@ fn direct_io_supported(dir: &Path) -> std::io::Result<()> {
         libc::open(
             c.as_ptr(),
             libc::O_RDWR | libc::O_CREAT | libc::O_DIRECT | libc::O_CLOEXEC,
-            0o644,
+            0o600,
         )
     };
     if fd < 0 {

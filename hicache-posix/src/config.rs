@@ -34,6 +34,16 @@ pub const PARAMS: &[ParamSpec] = &[
         "bytes of replaced or removed object files kept per dir for reuse (default 2 GiB with enveloped pages; 0 turns recycling off; raw pages never recycle)",
     ),
     ParamSpec::new(
+        "file_mode",
+        ParamKind::UInt,
+        "permission bits of page files (default 0o600: pages come from users' prompts; the umask still applies)",
+    ),
+    ParamSpec::new(
+        "dir_mode",
+        ParamKind::UInt,
+        "permission bits of the dirs hicache creates (default 0o700)",
+    ),
+    ParamSpec::new(
         "use_uring",
         ParamKind::Bool,
         "NIXL compatibility: true means engine = uring",
@@ -79,7 +89,16 @@ pub struct PosixConfig {
     pub sync: bool,
     /// Bytes of spare files kept per dir for reuse (0: recycling off).
     pub spare_bytes: u64,
+    /// Permission bits of page files.
+    pub file_mode: u32,
+    /// Permission bits of dirs hicache creates.
+    pub dir_mode: u32,
 }
+
+/// Default permission bits of page files: owner only.
+pub(crate) const DEFAULT_FILE_MODE: u32 = 0o600;
+/// Default permission bits of dirs: owner only.
+pub(crate) const DEFAULT_DIR_MODE: u32 = 0o700;
 
 impl PosixConfig {
     /// Reads the plugin context.
@@ -125,7 +144,31 @@ impl PosixConfig {
                 format!("{queue_depth} is not a power of two in 8..=4096"),
             ));
         }
+        let mode = |name: &str, default: u32| -> Result<u32> {
+            match p.uint(name) {
+                None => Ok(default),
+                Some(m) if m <= 0o777 && m & 0o600 == 0o600 => Ok(m as u32),
+                Some(m) => Err(Error::invalid_config(
+                    name,
+                    source(ctx, name),
+                    format!(
+                        "{m:#o} is not permission bits that leave the owner read and write access (0o600..=0o777)"
+                    ),
+                )),
+            }
+        };
+        let file_mode = mode("file_mode", DEFAULT_FILE_MODE)?;
+        let dir_mode = mode("dir_mode", DEFAULT_DIR_MODE)?;
+        if dir_mode & 0o100 == 0 {
+            return Err(Error::invalid_config(
+                "dir_mode",
+                source(ctx, "dir_mode"),
+                format!("{dir_mode:#o} leaves the owner no search (x) permission on its own dirs"),
+            ));
+        }
         Ok(PosixConfig {
+            file_mode,
+            dir_mode,
             dirs: ctx.config.storage_dirs.value.clone(),
             direct_io: ctx.config.use_direct_io.value,
             engine,

@@ -23,6 +23,10 @@ pub(crate) struct Root {
     pub(crate) direct: bool,
     /// Recycled object files (None: every write creates a file, every removal unlinks).
     pub(crate) spares: Option<crate::spare::SparePool>,
+    /// Permission bits of created page files.
+    pub(crate) file_mode: u32,
+    /// Permission bits of created dirs.
+    pub(crate) dir_mode: u32,
 }
 
 /// What failed, for the error message.
@@ -131,9 +135,12 @@ fn retry_eintr<T: PartialOrd + Default>(mut f: impl FnMut() -> T) -> io::Result<
     }
 }
 
-fn open(path: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+/// Opens `path`; `mode` applies when `flags` create the file.
+fn open(path: &CStr, flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
     // SAFETY: path is NUL-terminated; the returned fd is owned by OwnedFd.
-    let fd = retry_eintr(|| unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, 0o644) })?;
+    let fd = retry_eintr(|| unsafe {
+        libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint)
+    })?;
     // SAFETY: fd is a fresh descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -226,7 +233,7 @@ pub(crate) fn write_object(
         Some(pool) => {
             let recycled = pool.take(total).and_then(|id| {
                 let mut p = pool.path(id).ok()?;
-                match open(p.as_cstr(), libc::O_WRONLY | direct) {
+                match open(p.as_cstr(), libc::O_WRONLY | direct, root.file_mode) {
                     Ok(fd) => Some((p, id, fd)),
                     Err(_) => None, // the spare vanished: create a new file instead
                 }
@@ -239,6 +246,7 @@ pub(crate) fn write_object(
                     let fd = open(
                         p.as_cstr(),
                         libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct,
+                        root.file_mode,
                     )
                     .map_err(|e| fail("create", &p, e))?;
                     (p, id, fd)
@@ -248,7 +256,7 @@ pub(crate) fn write_object(
         None => {
             let mut p = PathBuf4k::temp(&root.path, bucket).map_err(path_failure)?;
             let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct;
-            let fd = match open(p.as_cstr(), flags) {
+            let fd = match open(p.as_cstr(), flags, root.file_mode) {
                 Ok(fd) => fd,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     // The bucket dir vanished (someone cleaned the root): recreate it once.
@@ -258,8 +266,8 @@ pub(crate) fn write_object(
                         .and_then(|_| dir.push(b"/"))
                         .and_then(|_| dir.push(&bucket));
                     // SAFETY: NUL-terminated path.
-                    unsafe { libc::mkdir(dir.as_cstr().as_ptr(), 0o755) };
-                    open(p.as_cstr(), flags).map_err(|e| fail("create", &p, e))?
+                    unsafe { libc::mkdir(dir.as_cstr().as_ptr(), root.dir_mode) };
+                    open(p.as_cstr(), flags, root.file_mode).map_err(|e| fail("create", &p, e))?
                 }
                 Err(e) => return Err(fail("create", &p, e)),
             };
@@ -377,7 +385,7 @@ pub(crate) fn read_object(
     }
     // Spares are not reused while a read that may hold one of their inodes is in flight.
     let _reading = root.spares.as_ref().map(|p| ReadGuard::new(&p.reads));
-    let fd = match open(path.as_cstr(), flags) {
+    let fd = match open(path.as_cstr(), flags, 0) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Ok(ReadOutcome::Miss(MissReason::NotFound));
@@ -504,6 +512,8 @@ mod tests {
             path: dir.as_os_str().as_bytes().to_vec(),
             direct,
             spares: None,
+            file_mode: 0o600,
+            dir_mode: 0o700,
         }
     }
 
@@ -565,6 +575,8 @@ mod tests {
             path: b"/definitely/not/here".to_vec(),
             direct: false,
             spares: None,
+            file_mode: 0o600,
+            dir_mode: 0o700,
         };
         let mut a = vec![3u8; 10];
         let e = write_object(&r, *b"ab", b"obj", &[iov(&mut a)], false).unwrap_err();
@@ -586,7 +598,9 @@ mod tests {
         let r = Root {
             path: dir.path().as_os_str().as_bytes().to_vec(),
             direct: false,
-            spares: Some(crate::spare::SparePool::new(dir.path(), 200).unwrap()),
+            spares: Some(crate::spare::SparePool::new(dir.path(), 200, 0o700).unwrap()),
+            file_mode: 0o600,
+            dir_mode: 0o700,
         };
         let pool = r.spares.as_ref().unwrap();
         let mut a = vec![1u8; 100];

@@ -43,7 +43,14 @@ pub fn probe_dir(dir: &Path, direct: bool) -> Result<DirProbe, DirProblem> {
         hint: "create the dir with write permission for this user, or choose another one with --dir or HICACHE_STORAGE_DIR".into(),
     }
     };
-    std::fs::create_dir_all(dir).map_err(|e| unwritable("cannot create storage dir", e))?;
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(crate::config::DEFAULT_DIR_MODE)
+            .create(dir)
+            .map_err(|e| unwritable("cannot create storage dir", e))?;
+    }
     let fs = fsinfo::fs_info(dir).map_err(|e| unwritable("cannot stat storage dir", e))?;
     let (free_bytes, _) =
         fsinfo::space(dir).map_err(|e| unwritable("cannot statvfs storage dir", e))?;
@@ -95,7 +102,7 @@ fn round_trip(dir: &Path, align: u64, direct: bool) -> std::io::Result<()> {
         flags |= libc::O_DIRECT;
     }
     // SAFETY: NUL-terminated path; the fd is owned by OwnedFd below.
-    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o644) };
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }

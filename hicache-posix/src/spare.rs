@@ -91,17 +91,24 @@ pub(crate) struct SparePool {
 impl SparePool {
     /// Creates this process's spare dir under `root` (holding at most `cap` bytes of spares)
     /// and removes dirs of dead processes.
-    pub(crate) fn new(root: &Path, cap: u64) -> io::Result<Self> {
+    pub(crate) fn new(root: &Path, cap: u64, dir_mode: u32) -> io::Result<Self> {
         use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::DirBuilderExt;
         let top = root.join(SPARE_DIR);
-        std::fs::create_dir_all(&top)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(dir_mode)
+            .create(&top)?;
         remove_dead(&top);
         let nonce = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
         let dir = top.join(format!("{}-{nonce:x}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(dir_mode)
+            .create(&dir)?;
         Ok(SparePool {
             dir_bytes: dir.as_os_str().as_bytes().to_vec(),
             dir,
@@ -217,7 +224,7 @@ mod tests {
     #[test]
     fn spares_wait_for_a_quiescent_point() {
         let dir = tempfile::tempdir().unwrap();
-        let pool = SparePool::new(dir.path(), 1000).unwrap();
+        let pool = SparePool::new(dir.path(), 1000, 0o700).unwrap();
         pool.reads.enter();
         assert!(pool.give(1, 100));
         assert_eq!(

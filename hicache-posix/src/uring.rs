@@ -443,7 +443,7 @@ impl Driver {
                 entries[0] = Some(
                     opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), tmp)
                         .flags(libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct)
-                        .mode(0o644)
+                        .mode(root.file_mode)
                         .file_index(Some(dest))
                         .build(),
                 );

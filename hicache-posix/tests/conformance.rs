@@ -20,6 +20,8 @@ fn posix(
             queue_depth: 128,
             sync: false,
             spare_bytes: 1 << 30,
+            file_mode: 0o600,
+            dir_mode: 0o700,
         };
         Ok(Arc::new(PosixBackend::new(&cfg)?) as DynBackend)
     }

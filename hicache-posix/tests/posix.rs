@@ -45,6 +45,8 @@ fn backend_with(dir: &Path, direct: bool, engine: EngineChoice) -> PosixBackend 
         queue_depth: 256,
         sync: false,
         spare_bytes: 1 << 30,
+        file_mode: 0o600,
+        dir_mode: 0o700,
     };
     PosixBackend::new(&cfg).unwrap()
 }
@@ -741,4 +743,57 @@ async fn io_uring_moves_single_segment_objects_on_fixed_buffers() {
         .await
         .unwrap();
     assert!(matches!(got[0], Ok(ReadOutcome::Hit)));
+}
+
+/// Pages are private to their owner by default (they come from users' prompts): files 0600,
+/// dirs 0700; other modes are a parameter, and modes that lock the owner out are refused.
+#[tokio::test]
+async fn pages_and_dirs_are_private_by_default() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: umask only changes this process's file-creation mask; 0 shows the modes as set.
+    let old = unsafe { libc::umask(0) };
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let b = backend_with(&root, false, engine);
+        let buf = AlignedBuf::zeroed(4096, 4096).unwrap();
+        let region = b.register(MemoryRegion::from_aligned(buf)).unwrap();
+        let key = ObjectKey::new("private").unwrap();
+        let w = b
+            .write(&[WriteItem {
+                key: &key,
+                segments: &[Slice::new(region, 0, 4096)],
+            }])
+            .await;
+        assert!(w[0].is_ok(), "{engine:?}: {w:?}");
+        let file = b.object_path(&key);
+        assert_eq!(mode(&file), 0o600, "{engine:?}: {}", file.display());
+        assert_eq!(
+            mode(file.parent().unwrap()),
+            0o700,
+            "{engine:?}: bucket dir"
+        );
+        assert_eq!(mode(&root), 0o700, "{engine:?}: storage dir");
+    }
+    // SAFETY: restores the mask read above.
+    unsafe { libc::umask(old) };
+
+    let dir = tempfile::tempdir().unwrap();
+    let load = |extra: &str| {
+        ConfigLoader::new()
+            .set("storage_dir", dir.path().display().to_string())
+            .set("plugin", "posix")
+            .set(format!("plugin.posix.{extra}"), 0o400)
+            .load()
+            .and_then(|c| {
+                let registry =
+                    hicache_core::PluginRegistry::from_descriptors([&hicache_posix::DESCRIPTOR])?;
+                registry.open(&c).map(drop)
+            })
+    };
+    for param in ["file_mode", "dir_mode"] {
+        let err = load(param).unwrap_err().to_string();
+        assert!(err.contains(param), "{err}");
+    }
 }

@@ -185,8 +185,35 @@ fn dirs_step(config: &Config, missing: &[PathBuf]) -> Step {
             );
         }
         check_dir(&mut step, dir, config.use_direct_io.value);
+        check_private(&mut step, dir);
     }
     step
+}
+
+/// Pages come from users' prompts: a storage dir that others can read or write is a warning.
+fn check_private(step: &mut Step, dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return;
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        let who = if mode & 0o022 != 0 {
+            "writable"
+        } else {
+            "readable"
+        };
+        step.warn(
+            format!(
+                "{}: mode {mode:#o}: {who} by other users (pages hold users' prompts)",
+                dir.display()
+            ),
+            format!(
+                "`chmod 700 {}` (hicache creates dirs 0700 and files 0600; dir_mode/file_mode change that)",
+                dir.display()
+            ),
+        );
+    }
 }
 
 #[cfg(feature = "posix")]

@@ -236,7 +236,11 @@ fn listing_commands_create_nothing() {
 fn config_show_flags_unknown_plugin_parameters() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("c.toml");
-    std::fs::write(&file, "[plugin.posix]\nactive = true\nengin = \"threads\"\n").unwrap();
+    std::fs::write(
+        &file,
+        "[plugin.posix]\nactive = true\nengin = \"threads\"\n",
+    )
+    .unwrap();
     let out = hicache()
         .args(["config", "show", "--config"])
         .arg(&file)
@@ -245,7 +249,11 @@ fn config_show_flags_unknown_plugin_parameters() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("engin") && err.contains("engine"), "{err}");
-    std::fs::write(&file, "[plugin.posix]\nactive = true\nengine = \"threads\"\n").unwrap();
+    std::fs::write(
+        &file,
+        "[plugin.posix]\nactive = true\nengine = \"threads\"\n",
+    )
+    .unwrap();
     let out = hicache()
         .args(["config", "show", "--config"])
         .arg(&file)

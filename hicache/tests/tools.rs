@@ -253,6 +253,8 @@ fn store_pages(dir: &Path, n: u64) -> (Vec<PathBuf>, String) {
         queue_depth: 64,
         sync: false,
         spare_bytes: 1 << 30,
+        file_mode: 0o600,
+        dir_mode: 0o700,
     })
     .unwrap();
     let paths = keys
@@ -497,4 +499,27 @@ fn bench_counts_only_successful_pages_and_names_the_first_failures() {
         .block_on(hicache::bench::run(cache, &opts(false)))
         .unwrap();
     assert!(!write_only.read_back && !write_only.verified);
+}
+
+#[test]
+fn doctor_warns_about_a_storage_dir_others_can_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let report = doctor(&config(&[dir.path()], &[]), &default_opts());
+    let step = report.step("storage dirs").unwrap();
+    assert_eq!(step.status, Status::Warn, "{step:?}");
+    assert!(
+        step.details
+            .iter()
+            .any(|d| d.contains("readable by other users")),
+        "{step:?}"
+    );
+    assert!(
+        step.fixes.iter().any(|f| f.contains("chmod 700")),
+        "{step:?}"
+    );
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let report = doctor(&config(&[dir.path()], &[]), &default_opts());
+    assert_eq!(report.step("storage dirs").unwrap().status, Status::Pass);
 }
