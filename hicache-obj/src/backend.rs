@@ -240,6 +240,18 @@ impl Client {
                 .await
                 .map(drop)
                 .map_err(|e| store_error("put", key, e)),
+            // A server may answer a conditional create of an existing key (412) before it has
+            // read the body and close the connection: the client then sees a broken pipe, not
+            // the 412. Writing replaces the key anyway, so one plain overwrite settles it; a
+            // real failure (auth, bucket, server down) fails that too and is reported.
+            Err(first) if create => {
+                tracing::debug!(%key, error = %first, "conditional create failed; overwriting once");
+                self.store
+                    .put_opts(&path, payload, PutOptions::from(PutMode::Overwrite))
+                    .await
+                    .map(drop)
+                    .map_err(|e| store_error("put", key, e))
+            }
             Err(e) => Err(store_error("put", key, e)),
         }
     }
