@@ -1257,6 +1257,15 @@ mod tests {
             cfg.storage_dirs.value,
             vec![dir.path().join("pages"), PathBuf::from("/abs")]
         );
+        for hostile in [
+            "storage_dir = [\"\"]\n",
+            "storage_dir = []\n",
+            "storage_dir = [1]\n",
+        ] {
+            let file = write(dir.path(), "h.toml", hostile);
+            let err = ConfigLoader::new().file(&file).load().unwrap_err();
+            assert!(err.to_string().contains("storage_dir"), "{hostile}: {err}");
+        }
         // The same dir under two names that no path resolution merges: a bind mount.
         let a = dir.path().join("a");
         let b = dir.path().join("b");

@@ -945,15 +945,13 @@ impl PoolState {
         let memory = self.memory.as_ref().ok_or_else(|| Error::InvalidPool {
             reason: "a pool without memory has no spans to checksum".into(),
         })?;
-        let pinned = self
-            .span_slices(page, part)
-            .map(|s| memory.source(s.offset, s.len, "connector checksum"))
-            .collect::<Result<Vec<_>>>()?;
-        let bytes = pinned
-            .iter()
-            .map(|p| p.host_bytes())
-            .collect::<Result<Vec<_>>>()?;
-        Ok(envelope::checksum(bytes))
+        // Span by span, each pinned while it is hashed: no allocation per page.
+        let mut hasher = envelope::PayloadHasher::default();
+        for span in self.span_slices(page, part) {
+            let pinned = memory.source(span.offset, span.len, "connector checksum")?;
+            hasher.update(pinned.host_bytes()?);
+        }
+        Ok(hasher.finish())
     }
 
     fn expected_header(&self, object: &ObjectKey, checksum: u64) -> Header {

@@ -547,14 +547,18 @@ impl RegionTable {
     /// Removes a region. An unknown id is [`Error::UnregisteredRegion`]; a region that
     /// transfers still use is [`Error::RegionBusy`] and stays registered.
     pub fn remove(&self, id: RegionId) -> Result<MemoryRegion> {
+        use std::collections::hash_map::Entry;
         let mut regions = self.regions.write().unwrap_or_else(|e| e.into_inner());
-        let region = regions.get(&id).ok_or_else(|| Error::UnregisteredRegion {
-            backend: self.backend.clone(),
-            region: id,
-        })?;
-        // Pins are taken under the table's read lock (see `pin`), so none can appear while
-        // the write lock is held.
-        let in_flight = region.in_flight();
+        let Entry::Occupied(entry) = regions.entry(id) else {
+            return Err(Error::UnregisteredRegion {
+                backend: self.backend.clone(),
+                region: id,
+            });
+        };
+        // The backend's own pins are taken under this table's read lock (see `pin`), so none
+        // can appear while the write lock is held. Pins the region's owner takes directly
+        // (the connector checksumming a page) also count: the memory is still in use.
+        let in_flight = entry.get().in_flight();
         if in_flight > 0 {
             return Err(Error::RegionBusy {
                 backend: self.backend.clone(),
@@ -562,7 +566,7 @@ impl RegionTable {
                 in_flight,
             });
         }
-        Ok(regions.remove(&id).expect("present: checked above"))
+        Ok(entry.remove())
     }
 
     /// The region behind an id.

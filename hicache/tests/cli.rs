@@ -117,6 +117,18 @@ fn json_files_are_written_and_checked_first() {
     );
 }
 
+/// The `storage_dir` value `config show --json` printed, as JSON text.
+fn shown_storage_dir(stdout: &[u8]) -> String {
+    let value: serde_json::Value = serde_json::from_slice(stdout).unwrap();
+    value["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"] == "storage_dir")
+        .map(|e| e["value"].to_string())
+        .unwrap()
+}
+
 /// `--dir` values are taken verbatim: a comma is part of the name, not a separator.
 #[test]
 fn dir_flags_are_taken_verbatim() {
@@ -135,14 +147,7 @@ fn dir_flags_are_taken_verbatim() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let dirs = value["settings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["key"] == "storage_dir")
-        .map(|e| e["value"].to_string())
-        .unwrap();
+    let dirs = shown_storage_dir(&out.stdout);
     let want =
         serde_json::to_string(&[odd.display().to_string(), other.display().to_string()]).unwrap();
     assert_eq!(dirs, serde_json::Value::String(want).to_string());
@@ -155,14 +160,7 @@ fn dir_flags_are_taken_verbatim() {
         )
         .output()
         .unwrap();
-    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let dirs = value["settings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["key"] == "storage_dir")
-        .map(|e| e["value"].to_string())
-        .unwrap();
+    let dirs = shown_storage_dir(&out.stdout);
     // Three dirs: ".../a", "b" and ".../c".
     let want = format!("{}/a,b,{}", tmp.path().display(), other.display());
     assert_eq!(dirs, serde_json::Value::String(want).to_string());

@@ -7,7 +7,7 @@ use hicache_core::{
     ReadOutcome, RegionId, Slice, WriteItem,
 };
 
-use crate::check::{CaseResult, skip};
+use crate::check::{CaseError, CaseResult, skip};
 use crate::fixtures::pattern;
 use crate::suite::TrialEnv;
 use crate::{ensure, ensure_eq};
@@ -30,18 +30,21 @@ pub(crate) fn buffer(backend: &DynBackend, len: u64) -> Result<Buf, Error> {
 }
 
 impl Buf {
-    pub(crate) fn fill(&self, offset: u64, bytes: &[u8]) {
+    /// Fills the buffer at `offset`. A failure means a transfer still holds these bytes
+    /// after its call returned: a broken plugin, reported as a failed case.
+    pub(crate) fn fill(&self, offset: u64, bytes: &[u8]) -> Result<(), CaseError> {
         self.memory
             .target(offset, bytes.len() as u64, "test buffer")
             .and_then(|mut t| t.copy_from(0, bytes))
-            .expect("in range and not in use");
+            .map_err(|e| CaseError::Failed(format!("cannot fill the test buffer: {e}")))
     }
 
-    pub(crate) fn read(&self, offset: u64, len: u64) -> Vec<u8> {
+    /// The buffer's bytes at `offset`; fails like [`Buf::fill`].
+    pub(crate) fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, CaseError> {
         self.memory
             .source(offset, len, "test buffer")
             .and_then(|s| s.host_bytes().map(<[u8]>::to_vec))
-            .expect("in range and not in use")
+            .map_err(|e| CaseError::Failed(format!("cannot read the test buffer: {e}")))
     }
 
     pub(crate) fn slice(&self, offset: u64, len: u64) -> Slice {
@@ -141,11 +144,11 @@ pub async fn backend_round_trip(env: &TrialEnv) -> CaseResult {
     let n = block(env);
     let buf = buffer(&b, 2 * n)?;
     let data = pattern(n as usize, 1);
-    buf.fill(0, &data);
+    buf.fill(0, &data)?;
     let k = key(env, "rt");
     put(&b, &k, &[buf.slice(0, n)]).await?;
     ensure_eq!(get(&b, &k, &[buf.slice(n, n)]).await?, ReadOutcome::Hit);
-    ensure_eq!(buf.read(n, n), data);
+    ensure_eq!(buf.read(n, n)?, data);
     Ok(())
 }
 
@@ -158,9 +161,9 @@ pub async fn backend_multi_segment_gather_scatter(env: &TrialEnv) -> CaseResult 
     let n = block(env);
     let buf = buffer(&b, 8 * n)?;
     let data = pattern(3 * n as usize, 2);
-    buf.fill(0, &data[..n as usize]);
-    buf.fill(2 * n, &data[n as usize..2 * n as usize]);
-    buf.fill(4 * n, &data[2 * n as usize..]);
+    buf.fill(0, &data[..n as usize])?;
+    buf.fill(2 * n, &data[n as usize..2 * n as usize])?;
+    buf.fill(4 * n, &data[2 * n as usize..])?;
     let k = key(env, "gs");
     put(
         &b,
@@ -173,7 +176,7 @@ pub async fn backend_multi_segment_gather_scatter(env: &TrialEnv) -> CaseResult 
         get(&b, &k, &[buf.slice(5 * n, 2 * n), buf.slice(7 * n, n)]).await?,
         ReadOutcome::Hit
     );
-    ensure_eq!(buf.read(5 * n, 3 * n), data);
+    ensure_eq!(buf.read(5 * n, 3 * n)?, data);
     Ok(())
 }
 
@@ -194,7 +197,7 @@ pub async fn backend_size_mismatch_is_a_miss(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
     let buf = buffer(&b, 4 * n)?;
-    buf.fill(0, &pattern(2 * n as usize, 3));
+    buf.fill(0, &pattern(2 * n as usize, 3))?;
     let k = key(env, "size");
     put(&b, &k, &[buf.slice(0, 2 * n)]).await?;
     for want in [n, 3 * n] {
@@ -276,13 +279,13 @@ pub async fn backend_overwrite_replaces(env: &TrialEnv) -> CaseResult {
     let n = block(env);
     let buf = buffer(&b, 6 * n)?;
     let k = key(env, "ow");
-    buf.fill(0, &pattern(2 * n as usize, 4));
+    buf.fill(0, &pattern(2 * n as usize, 4))?;
     put(&b, &k, &[buf.slice(0, 2 * n)]).await?;
     let second = pattern(n as usize, 5);
-    buf.fill(2 * n, &second);
+    buf.fill(2 * n, &second)?;
     put(&b, &k, &[buf.slice(2 * n, n)]).await?;
     ensure_eq!(get(&b, &k, &[buf.slice(4 * n, n)]).await?, ReadOutcome::Hit);
-    ensure_eq!(buf.read(4 * n, n), second);
+    ensure_eq!(buf.read(4 * n, n)?, second);
     Ok(())
 }
 
@@ -293,7 +296,7 @@ pub async fn backend_per_item_results(env: &TrialEnv) -> CaseResult {
     let buf = buffer(&b, 8 * n)?;
     let ks: Vec<ObjectKey> = (0..4).map(|i| key(env, &format!("pi{i}"))).collect();
     for (i, k) in ks.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
-        buf.fill(i as u64 * n, &pattern(n as usize, 10 + i as u32));
+        buf.fill(i as u64 * n, &pattern(n as usize, 10 + i as u32))?;
         put(&b, k, &[buf.slice(i as u64 * n, n)]).await?;
     }
     let segs: Vec<[Slice; 1]> = (0..4).map(|i| [buf.slice((4 + i) * n, n)]).collect();
@@ -315,8 +318,8 @@ pub async fn backend_per_item_results(env: &TrialEnv) -> CaseResult {
         };
         ensure_eq!(r.as_ref().ok(), Some(&want), "item {i}");
     }
-    ensure_eq!(buf.read(4 * n, n), pattern(n as usize, 10));
-    ensure_eq!(buf.read(6 * n, n), pattern(n as usize, 12));
+    ensure_eq!(buf.read(4 * n, n)?, pattern(n as usize, 10));
+    ensure_eq!(buf.read(6 * n, n)?, pattern(n as usize, 12));
     Ok(())
 }
 
@@ -440,7 +443,7 @@ pub async fn backend_bad_item_does_not_fail_others(env: &TrialEnv) -> CaseResult
     let b = env.backend()?;
     let n = block(env);
     let buf = buffer(&b, 2 * n)?;
-    buf.fill(0, &pattern(n as usize, 20));
+    buf.fill(0, &pattern(n as usize, 20))?;
     let (k1, k2, k3) = (key(env, "good1"), key(env, "bad"), key(env, "good2"));
     let good = [buf.slice(0, n)];
     let bad = [buf.slice(n, 2 * n)];
@@ -478,7 +481,7 @@ pub async fn backend_large_batch(env: &TrialEnv) -> CaseResult {
     let src = buffer(&b, count * n)?;
     let dst = buffer(&b, count * n)?;
     for i in 0..count {
-        src.fill(i * n, &pattern(n as usize, 1000 + i as u32));
+        src.fill(i * n, &pattern(n as usize, 1000 + i as u32))?;
     }
     let ks: Vec<ObjectKey> = (0..count).map(|i| key(env, &format!("lb{i}"))).collect();
     let segs: Vec<[Slice; 1]> = (0..count).map(|i| [src.slice(i * n, n)]).collect();
@@ -511,7 +514,7 @@ pub async fn backend_large_batch(env: &TrialEnv) -> CaseResult {
         r.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))),
         "not all hits"
     );
-    ensure_eq!(dst.read(0, count * n), src.read(0, count * n));
+    ensure_eq!(dst.read(0, count * n)?, src.read(0, count * n)?);
     Ok(())
 }
 
@@ -521,8 +524,8 @@ pub async fn backend_concurrent_writers_same_key(env: &TrialEnv) -> CaseResult {
     let n = block(env);
     let buf = buffer(&b, 4 * n)?;
     let (va, vb) = (pattern(2 * n as usize, 31), pattern(2 * n as usize, 32));
-    buf.fill(0, &va);
-    buf.fill(2 * n, &vb);
+    buf.fill(0, &va)?;
+    buf.fill(2 * n, &vb)?;
     let k = key(env, "race");
     for _ in 0..20 {
         let (sa, sb) = ([buf.slice(0, 2 * n)], [buf.slice(2 * n, 2 * n)]);
@@ -541,7 +544,7 @@ pub async fn backend_concurrent_writers_same_key(env: &TrialEnv) -> CaseResult {
     }
     let out = buffer(&b, 2 * n)?;
     ensure_eq!(get(&b, &k, &[out.slice(0, 2 * n)]).await?, ReadOutcome::Hit);
-    let got = out.read(0, 2 * n);
+    let got = out.read(0, 2 * n)?;
     ensure!(got == va || got == vb, "the object mixes both writers");
     Ok(())
 }
@@ -564,7 +567,8 @@ pub async fn backend_concurrent_disjoint_batches(env: &TrialEnv) -> CaseResult {
                         buf.fill(
                             i * n,
                             &pattern(n as usize, t * 1000 + round * 10 + i as u32),
-                        );
+                        )
+                        .map_err(|e| e.to_string())?;
                     }
                     let segs: Vec<[Slice; 1]> = (0..8).map(|i| [buf.slice(i * n, n)]).collect();
                     let items: Vec<WriteItem<'_>> = ks
@@ -596,7 +600,8 @@ pub async fn backend_concurrent_disjoint_batches(env: &TrialEnv) -> CaseResult {
                     {
                         return Err("read missed".to_string());
                     }
-                    if buf.read(8 * n, 8 * n) != buf.read(0, 8 * n) {
+                    let back = buf.read(8 * n, 8 * n).map_err(|e| e.to_string())?;
+                    if back != buf.read(0, 8 * n).map_err(|e| e.to_string())? {
                         return Err(format!("task {t} round {round}: wrong bytes"));
                     }
                 }
@@ -657,13 +662,13 @@ pub async fn backend_persists_across_instances(env: &TrialEnv) -> CaseResult {
     {
         let b = env.backend()?;
         let buf = buffer(&b, n)?;
-        buf.fill(0, &data);
+        buf.fill(0, &data)?;
         put(&b, &k, &[buf.slice(0, n)]).await?;
     }
     let b2 = env.backend()?;
     let buf = buffer(&b2, n)?;
     ensure_eq!(get(&b2, &k, &[buf.slice(0, n)]).await?, ReadOutcome::Hit);
-    ensure_eq!(buf.read(0, n), data);
+    ensure_eq!(buf.read(0, n)?, data);
     Ok(())
 }
 
@@ -672,7 +677,7 @@ pub async fn backend_unusual_but_valid_names(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
     let buf = buffer(&b, 2 * n)?;
-    buf.fill(0, &pattern(n as usize, 41));
+    buf.fill(0, &pattern(n as usize, 41))?;
     let max = hicache_core::key::MAX_OBJECT_KEY_LEN;
     let limit = env.name_limit().map_or(max, |l| l.min(max));
     let long = format!(
@@ -692,7 +697,7 @@ pub async fn backend_unusual_but_valid_names(env: &TrialEnv) -> CaseResult {
             ReadOutcome::Hit,
             "name {name:?}"
         );
-        ensure_eq!(buf.read(n, n), buf.read(0, n));
+        ensure_eq!(buf.read(n, n)?, buf.read(0, n)?);
     }
     Ok(())
 }

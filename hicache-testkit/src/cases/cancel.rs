@@ -82,7 +82,9 @@ async fn run<F: Future>(fut: F, how: Cancel) -> Option<F::Output> {
 /// body is in flight) rather than overwriting bytes under it.
 async fn fill(pool: &MmapPool, page: u64, bytes: &[u8]) -> Result<(), CaseError> {
     let geometry = *pool.geometry();
-    let memory = pool.memory().expect("mmap pools have memory");
+    let memory = pool
+        .memory()
+        .ok_or_else(|| CaseError::Failed("an mmap pool without memory".into()))?;
     loop {
         match hpool::scatter_page(pool, page, bytes) {
             Err(Error::MemoryBusy { .. }) => {
@@ -322,7 +324,7 @@ async fn workload(
     );
     cache.unregister_pool().await;
     ensure_eq!(
-        pool.memory().expect("memory").in_flight(),
+        pool.memory().map_or(0, |m| m.in_flight()),
         0,
         "pins left on the pool after unregister_pool"
     );
@@ -406,7 +408,9 @@ pub async fn cancel_unregister_waits_for_in_flight(env: &TrialEnv) -> CaseResult
             tokio::task::yield_now().await;
         }
         cache.unregister_pool().await;
-        let memory = pool.memory().expect("memory");
+        let memory = pool
+            .memory()
+            .ok_or_else(|| CaseError::Failed("an mmap pool without memory".into()))?;
         ensure_eq!(
             memory.in_flight(),
             0,
@@ -472,7 +476,7 @@ pub async fn cancel_dropped_read_moves_no_byte_afterwards(env: &TrialEnv) -> Cas
     let src = buffer(&b, n * items)?;
     let (names, segs) = blocks(env, &src, "drop", items, n);
     for i in 0..items {
-        src.fill(i * n, &pattern(n as usize, 300 + i as u32));
+        src.fill(i * n, &pattern(n as usize, 300 + i as u32))?;
     }
     let writes = write_items(&names, &segs);
     let w = b.write(&writes).await;
@@ -494,10 +498,10 @@ pub async fn cancel_dropped_read_moves_no_byte_afterwards(env: &TrialEnv) -> Cas
             0,
             "a dropped read (after {yields} yields) still pins its target"
         );
-        let before = dst.read(0, n * items);
+        let before = dst.read(0, n * items)?;
         tokio::time::sleep(Duration::from_millis(3)).await;
         ensure!(
-            dst.read(0, n * items) == before,
+            dst.read(0, n * items)? == before,
             "target bytes changed after a dropped read (after {yields} yields) had returned"
         );
     }

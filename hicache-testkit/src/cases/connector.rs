@@ -751,13 +751,13 @@ async fn raw_object(
         "raw read of {name}: {:?}",
         r[0]
     );
-    Ok(buf.read(0, len))
+    buf.read(0, len)
 }
 
 async fn put_raw(cache: &HiCache, env: &TrialEnv, name: &ObjectKey, bytes: &[u8]) -> CaseResult {
     let b = cache.backend();
     let buf = buffer(b, (bytes.len() as u64).max(block(env)))?;
-    buf.fill(0, bytes);
+    buf.fill(0, bytes)?;
     let segs = [buf.slice(0, bytes.len() as u64)];
     let r = b
         .write(&[WriteItem {
