@@ -399,10 +399,16 @@ impl Client {
                 .map_err(|e| sdk_error("multipart put", key, e));
         }
         let create = self.cfg.conditional_create;
-        let created = sdk
-            .put(name, body.clone(), create)
-            .await
-            .map_err(|e| sdk_error("put", key, e))?;
+        let created = match sdk.put(name, body.clone(), create).await {
+            Ok(created) => created,
+            // As with object_store: a conditional create answered early (412 before the body
+            // was read) can surface as a transport error; one plain overwrite settles it.
+            Err(first) if create => {
+                tracing::debug!(%key, error = %first, "conditional create failed; overwriting once");
+                false
+            }
+            Err(e) => return Err(sdk_error("put", key, e)),
+        };
         if !created {
             // The key exists: replace it.
             sdk.put(name, body, false)
