@@ -234,29 +234,19 @@ fn listing_commands_create_nothing() {
 fn config_show_flags_unknown_plugin_parameters() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("c.toml");
-    std::fs::write(
-        &file,
-        "[plugin.posix]\nactive = true\nengin = \"threads\"\n",
-    )
-    .unwrap();
-    let out = hicache()
-        .args(["config", "show", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let show = |section: &str| {
+        std::fs::write(&file, format!("[plugin.posix]\nactive = true\n{section}\n")).unwrap();
+        hicache()
+            .args(["config", "show", "--config"])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let out = show("engin = \"threads\"");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("engin") && err.contains("engine"), "{err}");
-    std::fs::write(
-        &file,
-        "[plugin.posix]\nactive = true\nengine = \"threads\"\n",
-    )
-    .unwrap();
-    let out = hicache()
-        .args(["config", "show", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let out = show("engine = \"threads\"");
     assert!(
         out.status.success(),
         "{}",
