@@ -205,6 +205,22 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A symbolic link (or another entry hicache did not create) sits where a storage root
+    /// holds its own dirs and files. It was not followed: a link under a root could send pages
+    /// outside it, or writes through it onto another file.
+    #[error(
+        "backend {backend}: {op} {}: a symbolic link sits under the storage root, where only hicache's own dirs and files belong; it was not followed. Remove it (`hicache doctor` lists them)",
+        .path.display()
+    )]
+    UnsafePath {
+        /// The backend.
+        backend: String,
+        /// The operation that met it.
+        op: &'static str,
+        /// The link.
+        path: PathBuf,
+    },
+
     /// The backend cannot do what was asked (memory kind, operation, size).
     #[error("backend {backend} does not support {operation}")]
     Unsupported {

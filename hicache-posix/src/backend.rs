@@ -1,6 +1,5 @@
 //! The POSIX backend: routing, registrations, alignment checks, and the engine.
 
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -66,7 +65,7 @@ pub struct PosixBackend {
     engine: Engine,
     alignment: u64,
     direct_io: bool,
-    sync: bool,
+    sync: crate::config::SyncMode,
 }
 
 impl PosixBackend {
@@ -82,11 +81,11 @@ impl PosixBackend {
         let mut roots = Vec::with_capacity(cfg.dirs.len());
         let mut root_info = Vec::with_capacity(cfg.dirs.len());
         for dir in &cfg.dirs {
-            prepare_dir(dir, cfg.dir_mode)?;
+            let root_dir = prepare_dir(dir, cfg.dir_mode)?;
             let fs = fsinfo::fs_info(dir)
                 .map_err(|e| Error::io(NAME, "statfs", Some(dir.clone()), e))?;
             let (direct, fallback) = if cfg.direct_io {
-                match direct_io_supported(dir) {
+                match direct_io_supported(&root_dir) {
                     Ok(()) => (true, None),
                     Err(e) => {
                         let why = format!(
@@ -108,26 +107,19 @@ impl PosixBackend {
             };
             let spares = if cfg.spare_bytes > 0 {
                 Some(
-                    crate::spare::SparePool::new(dir, cfg.spare_bytes, cfg.dir_mode).map_err(
-                        |e| {
-                            Error::io(
-                                NAME,
-                                "create spare dir",
-                                Some(dir.join(crate::spare::SPARE_DIR)),
-                                e,
-                            )
-                        },
-                    )?,
+                    crate::spare::SparePool::new(&root_dir, cfg.spare_bytes, cfg.dir_mode)
+                        .map_err(|e| {
+                            dir_error("create spare dir", dir.join(crate::spare::SPARE_DIR), e)
+                        })?,
                 )
             } else {
                 None
             };
             roots.push(Root {
-                path: dir.as_os_str().as_bytes().to_vec(),
+                dir: root_dir,
                 direct,
                 spares,
                 file_mode: cfg.file_mode,
-                dir_mode: cfg.dir_mode,
             });
             root_info.push(RootInfo {
                 path: dir.clone(),
@@ -329,45 +321,48 @@ fn start_threads(
         .map_err(|e| Error::io(NAME, "spawn I/O threads", None, e))
 }
 
-/// Creates a storage dir and its 256 bucket dirs (`00`..`ff`) with `mode`.
-fn prepare_dir(dir: &Path, mode: u32) -> Result<()> {
+/// A failed dir operation as the core error: a link met under the root is
+/// [`Error::UnsafePath`].
+fn dir_error(op: &'static str, path: PathBuf, e: std::io::Error) -> Error {
+    crate::plan::to_error(crate::io::IoFailure { op, path, error: e })
+}
+
+/// Creates a storage dir and its 256 bucket dirs (`00`..`ff`) with `mode`, and opens it. The
+/// configured path may itself be a link; nothing beneath it may be.
+fn prepare_dir(dir: &Path, mode: u32) -> Result<crate::beneath::RootDir> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(mode)
         .create(dir)
         .map_err(|e| Error::io(NAME, "create storage dir", Some(dir.to_path_buf()), e))?;
+    let root = crate::beneath::RootDir::open(dir, mode)
+        .map_err(|e| Error::io(NAME, "open storage dir", Some(dir.to_path_buf()), e))?;
     for b in 0..=255u8 {
-        let bucket = dir.join(std::str::from_utf8(&bucket_name(b)).expect("hex"));
-        match std::fs::DirBuilder::new().mode(mode).create(&bucket) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(Error::io(NAME, "create bucket dir", Some(bucket), e)),
-        }
+        let name = bucket_name(b);
+        root.bucket(name).map_err(|e| {
+            dir_error(
+                "create bucket dir",
+                dir.join(std::str::from_utf8(&name).expect("hex")),
+                e,
+            )
+        })?;
     }
-    Ok(())
+    Ok(root)
 }
 
-/// Whether the filesystem of `dir` accepts O_DIRECT opens.
-fn direct_io_supported(dir: &Path) -> std::io::Result<()> {
-    let probe = dir.join(format!(".hicache-dio-{}", std::process::id()));
-    let c = fsinfo::cstring(&probe)?;
-    // SAFETY: NUL-terminated path; the fd is closed right away.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_DIRECT | libc::O_CLOEXEC,
-            0o600,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd was just opened by us; c is NUL-terminated.
-    unsafe {
-        libc::close(fd);
-        libc::unlink(c.as_ptr());
-    }
+/// Whether the filesystem of `dir` accepts O_DIRECT opens (with a probe file of an
+/// unpredictable name, created exclusively, never through a link).
+fn direct_io_supported(dir: &crate::beneath::RootDir) -> std::io::Result<()> {
+    let mut name = crate::io::Name::temp();
+    let fd = crate::beneath::open(
+        dir.fd(),
+        name.as_cstr(),
+        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_DIRECT,
+        0o600,
+    )?;
+    drop(fd);
+    let _ = crate::beneath::unlink(dir.fd(), name.as_cstr());
     Ok(())
 }
 

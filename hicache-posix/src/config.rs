@@ -25,8 +25,8 @@ pub const PARAMS: &[ParamSpec] = &[
     ),
     ParamSpec::new(
         "sync",
-        ParamKind::Bool,
-        "fdatasync each object before publishing it (durability across power loss; default false)",
+        ParamKind::OneOf(&["none", "data", "full"]),
+        "what a write flushes before it returns: none (survives a process kill; default), data (fdatasync the file before publishing it), full (data, then fsync the bucket dir after the rename: the new object survives power loss)",
     ),
     ParamSpec::new(
         "spare_bytes",
@@ -72,6 +72,26 @@ pub enum EngineChoice {
     Threads,
 }
 
+/// What a write flushes to stable storage before it returns.
+///
+/// Every mode publishes by rename, so a killed process never leaves a partial object under
+/// a key. What differs is power loss (or a kernel crash): with `None` recent writes may be
+/// lost, and on some filesystems a renamed file may come back empty or short (the envelope
+/// check turns that into a miss); `Data` makes the file's bytes durable before the rename, so
+/// the key holds the old or the new object, but the rename itself may be lost; `Full` also
+/// syncs the bucket dir, so once the call returns the new object survives power loss.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// Nothing is flushed (the page cache or the device's queue holds the write).
+    #[default]
+    None,
+    /// `fdatasync` the file before it is renamed into place.
+    Data,
+    /// `fdatasync` the file, rename, then `fsync` the bucket dir.
+    Full,
+}
+
 /// The validated configuration of one POSIX backend.
 #[derive(Clone, Debug)]
 pub struct PosixConfig {
@@ -85,8 +105,8 @@ pub struct PosixConfig {
     pub threads: usize,
     /// io_uring queue depth.
     pub queue_depth: u32,
-    /// fdatasync before publish.
-    pub sync: bool,
+    /// What a write flushes before it returns.
+    pub sync: SyncMode,
     /// Bytes of spare files kept per dir for reuse (0: recycling off).
     pub spare_bytes: u64,
     /// Permission bits of page files.
@@ -174,7 +194,11 @@ impl PosixConfig {
             engine,
             threads: threads as usize,
             queue_depth: queue_depth as u32,
-            sync: p.bool("sync").unwrap_or(false),
+            sync: match p.str("sync") {
+                Some("data") => SyncMode::Data,
+                Some("full") => SyncMode::Full,
+                _ => SyncMode::None,
+            },
             spare_bytes: match (p.uint("spare_bytes"), ctx.config.page_format.value) {
                 (Some(n), hicache_core::PageFormat::Envelope) => n,
                 (Some(n), hicache_core::PageFormat::Raw) if n > 0 => {

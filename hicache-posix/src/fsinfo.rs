@@ -2,6 +2,7 @@
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -47,16 +48,23 @@ pub fn fs_info(dir: &Path) -> io::Result<FsInfo> {
         }
         st.f_type as u64
     };
-    // Filesystems report DIOALIGN for regular files, not for dirs: ask about a probe file.
-    let probe = dir.join(format!(".hicache-statx-{}", std::process::id()));
-    let (mem, off) = match std::fs::File::create(&probe) {
-        Ok(_) => {
-            let c = cstring(&probe)?;
-            let aligns = dio_align(&c);
-            let _ = std::fs::remove_file(&probe);
-            aligns
-        }
-        Err(_) => dio_align(&c),
+    // Filesystems report DIOALIGN for regular files, not for dirs: ask about a probe file
+    // (an unpredictable name, created exclusively, never through a link).
+    let probe =
+        crate::beneath::RootDir::open(dir, crate::config::DEFAULT_DIR_MODE).and_then(|root| {
+            let mut name = crate::io::Name::temp();
+            let fd = crate::beneath::open(
+                root.fd(),
+                name.as_cstr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+                0o600,
+            );
+            let _ = crate::beneath::unlink(root.fd(), name.as_cstr());
+            fd
+        });
+    let (mem, off) = match probe {
+        Ok(fd) => dio_align(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH),
+        Err(_) => dio_align(libc::AT_FDCWD, &c, 0),
     };
     Ok(FsInfo {
         fs_type: fs_name(magic),
@@ -65,17 +73,16 @@ pub fn fs_info(dir: &Path) -> io::Result<FsInfo> {
     })
 }
 
-fn dio_align(path: &std::ffi::CStr) -> (Option<u32>, Option<u32>) {
-    // SAFETY: statx writes into a zeroed struct we own; path is NUL-terminated.
+fn dio_align(
+    dirfd: libc::c_int,
+    path: &std::ffi::CStr,
+    flags: libc::c_int,
+) -> (Option<u32>, Option<u32>) {
+    // SAFETY: statx writes into a zeroed struct we own; path is NUL-terminated; dirfd is
+    // AT_FDCWD or a descriptor the caller holds open.
     unsafe {
         let mut stx: libc::statx = std::mem::zeroed();
-        let rc = libc::statx(
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            0,
-            libc::STATX_DIOALIGN,
-            &mut stx,
-        );
+        let rc = libc::statx(dirfd, path.as_ptr(), flags, libc::STATX_DIOALIGN, &mut stx);
         if rc == 0 && stx.stx_mask & libc::STATX_DIOALIGN != 0 {
             (Some(stx.stx_dio_mem_align), Some(stx.stx_dio_offset_align))
         } else {

@@ -1,61 +1,68 @@
 //! Blocking per-object operations: atomic publish, verified reads, stat, unlink.
 //!
-//! Paths are built in stack buffers and transfers are single vectored syscalls, so the hot
-//! path allocates nothing per page. Short transfers are continued or reported, never counted
-//! as success; `EINTR` is retried.
+//! Every path operation goes through [`crate::beneath`]: objects are reached from their
+//! bucket dir's handle by one name, and no link is ever followed. Names are built in stack
+//! buffers and transfers are single vectored syscalls, so the hot path allocates nothing per
+//! page. Short transfers are continued or reported, never counted as success; `EINTR` is
+//! retried.
 
 use std::ffi::CStr;
+use std::hash::BuildHasher;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hicache_core::{MissReason, ReadOutcome};
 
-/// Room for `root/bucket/name` (Linux PATH_MAX).
-pub(crate) const PATH_CAP: usize = 4096;
+use crate::beneath::{self, RootDir};
+use crate::config::SyncMode;
+
+/// Room for one name component and its NUL (Linux NAME_MAX is 255).
+pub(crate) const NAME_CAP: usize = 256;
 
 /// A storage dir as the I/O code sees it.
 #[derive(Debug)]
 pub(crate) struct Root {
-    /// The dir path, without trailing slash.
-    pub(crate) path: Vec<u8>,
+    /// The open dir and its bucket dirs.
+    pub(crate) dir: RootDir,
     /// Open with O_DIRECT.
     pub(crate) direct: bool,
     /// Recycled object files (None: every write creates a file, every removal unlinks).
     pub(crate) spares: Option<crate::spare::SparePool>,
     /// Permission bits of created page files.
     pub(crate) file_mode: u32,
-    /// Permission bits of created dirs.
-    pub(crate) dir_mode: u32,
 }
 
 /// What failed, for the error message.
 #[derive(Debug)]
 pub(crate) struct IoFailure {
     pub(crate) op: &'static str,
-    pub(crate) path: std::path::PathBuf,
+    pub(crate) path: PathBuf,
     pub(crate) error: io::Error,
 }
 
-/// A NUL-terminated path in a stack buffer.
-pub(crate) struct PathBuf4k {
-    buf: [u8; PATH_CAP],
+/// A NUL-terminated name component in a stack buffer.
+#[derive(Clone)]
+pub(crate) struct Name {
+    buf: [u8; NAME_CAP],
     len: usize,
 }
 
-impl PathBuf4k {
+impl Name {
     pub(crate) fn new() -> Self {
-        PathBuf4k {
-            buf: [0; PATH_CAP],
+        Name {
+            buf: [0; NAME_CAP],
             len: 0,
         }
     }
 
-    pub(crate) fn push(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if self.len + bytes.len() + 1 > PATH_CAP {
+    fn push(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.len + bytes.len() + 1 > NAME_CAP || bytes.contains(&0) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "path longer than PATH_MAX",
+                "name longer than NAME_MAX or holding a NUL byte",
             ));
         }
         self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
@@ -63,50 +70,45 @@ impl PathBuf4k {
         Ok(())
     }
 
+    /// An object's name.
+    pub(crate) fn object(name: &[u8]) -> io::Result<Self> {
+        let mut n = Self::new();
+        n.push(name)?;
+        Ok(n)
+    }
+
+    /// A spare's name: its id in hex.
+    pub(crate) fn spare(id: u64) -> Self {
+        let mut n = Self::new();
+        n.push(hex(id, &mut [0; 16])).expect("16 hex digits fit");
+        n
+    }
+
+    /// `.t<random>`: a temporary name no key can take (keys never start with `.`), unique
+    /// and unpredictable, so nobody can plant a file or link under it in advance.
+    pub(crate) fn temp() -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+            std::sync::OnceLock::new();
+        // RandomState is seeded from the OS's random source once per process.
+        let keys = KEYS.get_or_init(std::collections::hash_map::RandomState::new);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let mut name = Self::new();
+        name.push(b".t").expect("fits");
+        name.push(hex(keys.hash_one(n), &mut [0; 16]))
+            .expect("fits");
+        name.push(b"-").expect("fits");
+        name.push(hex(n, &mut [0; 16])).expect("fits");
+        name
+    }
+
     pub(crate) fn as_cstr(&mut self) -> &CStr {
         self.buf[self.len] = 0;
         CStr::from_bytes_with_nul(&self.buf[..=self.len]).expect("no interior NUL in names")
     }
 
-    pub(crate) fn to_path(&self) -> std::path::PathBuf {
-        use std::os::unix::ffi::OsStrExt;
-        std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&self.buf[..self.len]))
-    }
-
-    /// `root/bucket/name`.
-    pub(crate) fn object(root: &[u8], bucket: [u8; 2], name: &[u8]) -> io::Result<Self> {
-        let mut p = Self::new();
-        p.push(root)?;
-        p.push(b"/")?;
-        p.push(&bucket)?;
-        p.push(b"/")?;
-        p.push(name)?;
-        Ok(p)
-    }
-
-    /// `spare_dir/<id in hex>`.
-    pub(crate) fn spare(dir: &[u8], id: u64) -> io::Result<Self> {
-        let mut p = Self::new();
-        p.push(dir)?;
-        p.push(b"/")?;
-        p.push(hex(id, &mut [0; 16]))?;
-        Ok(p)
-    }
-
-    /// `root/bucket/.t<pid>-<n>`: a temporary name no key can take (keys never start with
-    /// `.`), unique in this process and across processes.
-    pub(crate) fn temp(root: &[u8], bucket: [u8; 2]) -> io::Result<Self> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let mut p = Self::new();
-        p.push(root)?;
-        p.push(b"/")?;
-        p.push(&bucket)?;
-        p.push(b"/.t")?;
-        p.push(hex(std::process::id() as u64, &mut [0; 16]))?;
-        p.push(b"-")?;
-        p.push(hex(n, &mut [0; 16]))?;
-        Ok(p)
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
     }
 }
 
@@ -133,16 +135,6 @@ fn retry_eintr<T: PartialOrd + Default>(mut f: impl FnMut() -> T) -> io::Result<
             return Err(e);
         }
     }
-}
-
-/// Opens `path`; `mode` applies when `flags` create the file.
-fn open(path: &CStr, flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
-    // SAFETY: path is NUL-terminated; the returned fd is owned by OwnedFd.
-    let fd = retry_eintr(|| unsafe {
-        libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint)
-    })?;
-    // SAFETY: fd is a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Vectored transfer of exactly the iovecs' total, continuing after short transfers.
@@ -203,75 +195,94 @@ fn advance(iov: &mut Vec<libc::iovec>, mut n: u64) {
     }
 }
 
+/// Where a write's bytes go before they are published.
+enum Staged {
+    /// A file in this process's spare dir (recycled, or fresh there).
+    Spare(u64, Name),
+    /// A temporary file in the bucket dir.
+    Temp(Name),
+}
+
+impl Root {
+    fn bucket_path(&self, bucket: [u8; 2]) -> PathBuf {
+        self.dir.bucket_path(bucket)
+    }
+
+    /// The bucket dir's handle.
+    fn bucket(&self, bucket: [u8; 2]) -> Result<Arc<OwnedFd>, IoFailure> {
+        self.dir.bucket(bucket).map_err(|error| IoFailure {
+            op: "open bucket dir",
+            path: self.bucket_path(bucket),
+            error,
+        })
+    }
+
+    /// The bucket dir's handle again when `fd` was removed from the tree (the dir is
+    /// recreated), else None: a miss there is a real miss.
+    fn renewed(
+        &self,
+        bucket: [u8; 2],
+        fd: &Arc<OwnedFd>,
+    ) -> Result<Option<Arc<OwnedFd>>, IoFailure> {
+        if !beneath::is_removed(fd.as_fd()) {
+            return Ok(None);
+        }
+        tracing::debug!(bucket = %self.bucket_path(bucket).display(), "bucket dir was removed; recreating it");
+        self.dir
+            .reopen(bucket, Some(fd))
+            .map(Some)
+            .map_err(|error| IoFailure {
+                op: "recreate bucket dir",
+                path: self.bucket_path(bucket),
+                error,
+            })
+    }
+}
+
 /// Writes an object atomically.
 ///
 /// The bytes go to a file no reader can find — a recycled spare of the right size when the
-/// root has one (overwritten in place), else a new temporary file — which is then published
-/// under the final name by `renameat2(RENAME_EXCHANGE)` (the replaced object becomes a spare)
-/// or `rename`. Readers see the old object, the new one, or none — never a partial one.
+/// root has one (overwritten in place), else a new temporary file with an unpredictable
+/// name — which is then published under the final name by `renameat2(RENAME_EXCHANGE)` (the
+/// replaced object becomes a spare) or `renameat`. Readers see the old object, the new one,
+/// or none — never a partial one. `sync` says what is flushed before the call returns.
 pub(crate) fn write_object(
     root: &Root,
     bucket: [u8; 2],
     name: &[u8],
     iov: &[libc::iovec],
-    sync: bool,
+    sync: SyncMode,
 ) -> Result<(), IoFailure> {
     let total: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
     let direct = if root.direct { libc::O_DIRECT } else { 0 };
-    let fail = |op, p: &PathBuf4k, error| IoFailure {
+    let at = |op, bucket_name: &[u8], error| IoFailure {
         op,
-        path: p.to_path(),
+        path: root.dir.object_path(bucket, bucket_name),
         error,
     };
-    let path_failure = |e: io::Error| IoFailure {
-        op: "build path",
-        path: std::path::PathBuf::from(String::from_utf8_lossy(name).into_owned()),
-        error: e,
-    };
-    // Where the bytes go first, and the spare id it has (None: a bucket temp file).
-    let (mut tmp, spare_id, fd) = match &root.spares {
-        Some(pool) => {
-            let recycled = pool.take(total).and_then(|id| {
-                let mut p = pool.path(id).ok()?;
-                match open(p.as_cstr(), libc::O_WRONLY | direct, root.file_mode) {
-                    Ok(fd) => Some((p, id, fd)),
-                    Err(_) => None, // the spare vanished: create a new file instead
-                }
-            });
-            match recycled {
-                Some(r) => r,
-                None => {
-                    let id = pool.fresh();
-                    let mut p = pool.path(id).map_err(path_failure)?;
-                    let fd = open(
-                        p.as_cstr(),
-                        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct,
-                        root.file_mode,
-                    )
-                    .map_err(|e| fail("create", &p, e))?;
-                    (p, id, fd)
-                }
-            }
-        }
+    let mut dst = Name::object(name).map_err(|e| at("build name", name, e))?;
+    let mut bdir = root.bucket(bucket)?;
+    let spares = root.spares.as_ref().filter(|p| !p.is_lost());
+    let staged = spares.and_then(|pool| pool.stage(total, direct, root.file_mode));
+    let (mut staged, fd) = match staged {
+        Some((id, n, fd)) => (Staged::Spare(id, n), fd),
         None => {
-            let mut p = PathBuf4k::temp(&root.path, bucket).map_err(path_failure)?;
             let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct;
-            let fd = match open(p.as_cstr(), flags, root.file_mode) {
+            let mut tmp = Name::temp();
+            let fd = match beneath::open(bdir.as_fd(), tmp.as_cstr(), flags, root.file_mode) {
                 Ok(fd) => fd,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     // The bucket dir vanished (someone cleaned the root): recreate it once.
-                    let mut dir = PathBuf4k::new();
-                    let _ = dir
-                        .push(&root.path)
-                        .and_then(|_| dir.push(b"/"))
-                        .and_then(|_| dir.push(&bucket));
-                    // SAFETY: NUL-terminated path.
-                    unsafe { libc::mkdir(dir.as_cstr().as_ptr(), root.dir_mode) };
-                    open(p.as_cstr(), flags, root.file_mode).map_err(|e| fail("create", &p, e))?
+                    match root.renewed(bucket, &bdir)? {
+                        Some(fresh) => bdir = fresh,
+                        None => return Err(at("create", tmp.as_bytes(), e)),
+                    }
+                    beneath::open(bdir.as_fd(), tmp.as_cstr(), flags, root.file_mode)
+                        .map_err(|e| at("create", tmp.as_bytes(), e))?
                 }
-                Err(e) => return Err(fail("create", &p, e)),
+                Err(e) => return Err(at("create", tmp.as_bytes(), e)),
             };
-            (p, u64::MAX, fd)
+            (Staged::Temp(tmp), fd)
         }
     };
     let outcome = (|| {
@@ -285,7 +296,7 @@ pub(crate) fn write_object(
                 ),
             ));
         }
-        if sync {
+        if sync != SyncMode::None {
             // SAFETY: fd is open.
             retry_eintr(|| unsafe { libc::fdatasync(fd.as_raw_fd()) })
                 .map_err(|e| ("fdatasync", e))?;
@@ -293,72 +304,100 @@ pub(crate) fn write_object(
         Ok(())
     })();
     drop(fd);
-    let discard = |tmp: &mut PathBuf4k| {
-        // SAFETY: NUL-terminated path.
-        unsafe { libc::unlink(tmp.as_cstr().as_ptr()) };
-    };
     if let Err((op, e)) = outcome {
-        discard(&mut tmp);
-        return Err(fail(op, &tmp, e));
-    }
-    let mut dst = match PathBuf4k::object(&root.path, bucket, name) {
-        Ok(p) => p,
-        Err(e) => {
-            discard(&mut tmp);
-            return Err(fail("build path", &tmp, e));
-        }
-    };
-    if let Some(pool) = root
-        .spares
-        .as_ref()
-        .filter(|p| p.exchange.load(std::sync::atomic::Ordering::Relaxed))
-    {
-        // SAFETY: both paths are NUL-terminated and live across the call.
-        let rc = unsafe {
-            libc::renameat2(
-                libc::AT_FDCWD,
-                tmp.as_cstr().as_ptr(),
-                libc::AT_FDCWD,
-                dst.as_cstr().as_ptr(),
-                libc::RENAME_EXCHANGE,
-            )
+        let path = match &staged {
+            Staged::Spare(_, n) => spares
+                .expect("staged by the pool")
+                .path()
+                .join(String::from_utf8_lossy(n.as_bytes()).as_ref()),
+            Staged::Temp(n) => root.dir.object_path(bucket, n.as_bytes()),
         };
-        if rc == 0 {
-            // The replaced object now has the spare's name: keep it for the next write.
-            match file_len(&mut tmp) {
-                Some(len) if pool.give(spare_id, len) => {}
-                _ => discard(&mut tmp),
-            }
-            return Ok(());
-        }
-        match io::Error::last_os_error().raw_os_error() {
-            Some(libc::ENOENT) => {} // nothing to replace: a plain rename publishes it
-            Some(libc::EINVAL) | Some(libc::ENOSYS) => pool
-                .exchange
-                .store(false, std::sync::atomic::Ordering::Relaxed),
-            _ => {
-                let e = io::Error::last_os_error();
-                discard(&mut tmp);
-                return Err(fail("rename", &dst, e));
-            }
-        }
+        discard(&mut staged, spares, &bdir);
+        return Err(IoFailure { op, path, error: e });
     }
-    let from = tmp.as_cstr().as_ptr();
-    // SAFETY: both paths are NUL-terminated and live across the call.
-    let rc = unsafe { libc::rename(from, dst.as_cstr().as_ptr()) };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
-        discard(&mut tmp);
-        return Err(fail("rename", &dst, e));
+    if let Err(e) = publish(root, bucket, &mut bdir, &mut staged, &mut dst, spares) {
+        discard(&mut staged, spares, &bdir);
+        return Err(at("rename", name, e));
+    }
+    if sync == SyncMode::Full {
+        beneath::fsync(bdir.as_fd()).map_err(|error| IoFailure {
+            op: "fsync bucket dir",
+            path: root.dir.bucket_path(bucket),
+            error,
+        })?;
     }
     Ok(())
 }
 
-fn file_len(path: &mut PathBuf4k) -> Option<u64> {
-    // SAFETY: NUL-terminated path; stat writes into a zeroed struct we own.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        (libc::stat(path.as_cstr().as_ptr(), &mut st) == 0).then_some(st.st_size as u64)
+/// Removes a staged file that will not be published.
+fn discard(staged: &mut Staged, spares: Option<&crate::spare::SparePool>, bdir: &OwnedFd) {
+    let _ = match staged {
+        Staged::Spare(_, n) => match spares {
+            Some(pool) => beneath::unlink(pool.fd(), n.as_cstr()),
+            None => Ok(()),
+        },
+        Staged::Temp(n) => beneath::unlink(bdir.as_fd(), n.as_cstr()),
+    };
+}
+
+/// Moves a staged file under its final name, recreating a bucket dir removed meanwhile.
+fn publish(
+    root: &Root,
+    bucket: [u8; 2],
+    bdir: &mut Arc<OwnedFd>,
+    staged: &mut Staged,
+    dst: &mut Name,
+    spares: Option<&crate::spare::SparePool>,
+) -> io::Result<()> {
+    let renew = |bdir: &mut Arc<OwnedFd>| -> io::Result<bool> {
+        match root.renewed(bucket, bdir) {
+            Ok(Some(fresh)) => {
+                *bdir = fresh;
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(f) => Err(f.error),
+        }
+    };
+    match staged {
+        Staged::Spare(id, tmp) => {
+            let pool = spares.expect("a spare came from the pool");
+            if pool.exchange.load(Ordering::Relaxed) {
+                match beneath::exchange(pool.fd(), tmp.as_cstr(), bdir.as_fd(), dst.as_cstr()) {
+                    Ok(()) => {
+                        // The replaced object now has the spare's name: keep it for the next
+                        // write (a link planted under the key is unlinked, never kept).
+                        match beneath::stat(pool.fd(), tmp.as_cstr()) {
+                            Ok(st)
+                                if beneath::is_file(&st) && pool.give(*id, st.st_size as u64) => {}
+                            _ => {
+                                let _ = beneath::unlink(pool.fd(), tmp.as_cstr());
+                            }
+                        }
+                        return Ok(());
+                    }
+                    // Nothing to replace (or the bucket dir went): a plain rename publishes.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                    Err(e)
+                        if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) =>
+                    {
+                        pool.exchange.store(false, Ordering::Relaxed)
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            match beneath::rename(pool.fd(), tmp.as_cstr(), bdir.as_fd(), dst.as_cstr()) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound && renew(bdir)? => {
+                    beneath::rename(pool.fd(), tmp.as_cstr(), bdir.as_fd(), dst.as_cstr())
+                }
+                r => r,
+            }
+        }
+        Staged::Temp(tmp) => {
+            // A temp file lives in the bucket dir itself: if that dir was removed, the file
+            // went with it, and the write fails (the caller may retry).
+            beneath::rename(bdir.as_fd(), tmp.as_cstr(), bdir.as_fd(), dst.as_cstr())
+        }
     }
 }
 
@@ -369,45 +408,47 @@ pub(crate) fn read_object(
     name: &[u8],
     iov: &[libc::iovec],
 ) -> Result<ReadOutcome, IoFailure> {
-    let mut path = PathBuf4k::object(&root.path, bucket, name).map_err(|e| IoFailure {
-        op: "build path",
-        path: std::path::PathBuf::from(String::from_utf8_lossy(name).into_owned()),
-        error: e,
-    })?;
-    let fail = |op, p: &PathBuf4k, error| IoFailure {
+    let fail = |op, error| IoFailure {
         op,
-        path: p.to_path(),
+        path: root.dir.object_path(bucket, name),
         error,
     };
-    let mut flags = libc::O_RDONLY;
+    let mut n = Name::object(name).map_err(|e| fail("build name", e))?;
+    // O_NONBLOCK: opening a FIFO planted under the root must not hang (it changes nothing
+    // for regular files).
+    let mut flags = libc::O_RDONLY | libc::O_NONBLOCK;
     if root.direct {
         flags |= libc::O_DIRECT;
     }
     // Spares are not reused while a read that may hold one of their inodes is in flight.
     let _reading = root.spares.as_ref().map(|p| ReadGuard::new(&p.reads));
-    let fd = match open(path.as_cstr(), flags, 0) {
-        Ok(fd) => fd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Ok(ReadOutcome::Miss(MissReason::NotFound));
+    let mut bdir = root.bucket(bucket)?;
+    let fd = loop {
+        match beneath::open(bdir.as_fd(), n.as_cstr(), flags, 0) {
+            Ok(fd) => break fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match root.renewed(bucket, &bdir)? {
+                Some(fresh) => bdir = fresh,
+                None => return Ok(ReadOutcome::Miss(MissReason::NotFound)),
+            },
+            Err(e) => return Err(fail("open", e)),
         }
-        Err(e) => return Err(fail("open", &path, e)),
     };
     let expected: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
-    // SAFETY: fstat writes into a zeroed struct we own; fd is open.
-    let size = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
-            return Err(fail("fstat", &path, io::Error::last_os_error()));
-        }
-        st.st_size as u64
-    };
+    let st = nix::sys::stat::fstat(&fd).map_err(|e| fail("fstat", e.into()))?;
+    if !beneath::is_file(&st) {
+        return Err(fail(
+            "open",
+            io::Error::new(io::ErrorKind::InvalidData, "not a regular file"),
+        ));
+    }
+    let size = st.st_size as u64;
     if size != expected {
         return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
             expected,
             found: size,
         }));
     }
-    let n = transfer_all(&fd, iov, false).map_err(|e| fail("preadv", &path, e))?;
+    let n = transfer_all(&fd, iov, false).map_err(|e| fail("preadv", e))?;
     if n != expected {
         return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
             expected,
@@ -433,87 +474,92 @@ impl Drop for ReadGuard<'_> {
     }
 }
 
-/// Whether a complete object exists (a regular file under its final name).
+/// Whether a complete object exists (a regular file under its final name). A link under
+/// the name is an error, never followed.
 pub(crate) fn object_exists(root: &Root, bucket: [u8; 2], name: &[u8]) -> Result<bool, IoFailure> {
-    let mut path = PathBuf4k::object(&root.path, bucket, name).map_err(|e| IoFailure {
-        op: "build path",
-        path: std::path::PathBuf::from(String::from_utf8_lossy(name).into_owned()),
-        error: e,
-    })?;
-    // SAFETY: NUL-terminated path; stat writes into a zeroed struct we own.
-    let rc = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        let rc = libc::stat(path.as_cstr().as_ptr(), &mut st);
-        if rc == 0 {
-            return Ok(st.st_mode & libc::S_IFMT == libc::S_IFREG);
-        }
-        rc
+    let fail = |op, error| IoFailure {
+        op,
+        path: root.dir.object_path(bucket, name),
+        error,
     };
-    debug_assert!(rc != 0);
-    let e = io::Error::last_os_error();
-    match e.kind() {
-        io::ErrorKind::NotFound => Ok(false),
-        _ if e.raw_os_error() == Some(libc::ENOTDIR) => Ok(false),
-        _ => Err(IoFailure {
-            op: "stat",
-            path: path.to_path(),
-            error: e,
-        }),
+    let mut n = Name::object(name).map_err(|e| fail("build name", e))?;
+    let mut bdir = root.bucket(bucket)?;
+    loop {
+        match beneath::stat(bdir.as_fd(), n.as_cstr()) {
+            Ok(st) if beneath::is_link(&st) => {
+                return Err(fail("stat", io::Error::from_raw_os_error(libc::ELOOP)));
+            }
+            Ok(st) => return Ok(beneath::is_file(&st)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match root.renewed(bucket, &bdir)? {
+                Some(fresh) => bdir = fresh,
+                None => return Ok(false),
+            },
+            Err(e) => return Err(fail("stat", e)),
+        }
     }
 }
 
-/// Removes an object (into the spare pool when it has room); a missing one is fine.
+/// Removes an object (into the spare pool when it has room); a missing one is fine. A link
+/// under the name is unlinked itself, never followed.
 pub(crate) fn remove_object(root: &Root, bucket: [u8; 2], name: &[u8]) -> Result<(), IoFailure> {
-    let mut path = PathBuf4k::object(&root.path, bucket, name).map_err(|e| IoFailure {
-        op: "build path",
-        path: std::path::PathBuf::from(String::from_utf8_lossy(name).into_owned()),
-        error: e,
-    })?;
-    if let Some(pool) = &root.spares
-        && let Some(len) = file_len(&mut path)
+    let fail = |op, error| IoFailure {
+        op,
+        path: root.dir.object_path(bucket, name),
+        error,
+    };
+    let mut n = Name::object(name).map_err(|e| fail("build name", e))?;
+    let bdir = root.bucket(bucket)?;
+    if let Some(pool) = root.spares.as_ref().filter(|p| !p.is_lost())
+        && let Ok(st) = beneath::stat(bdir.as_fd(), n.as_cstr())
+        && beneath::is_file(&st)
     {
         let id = pool.fresh();
-        if let Ok(mut spare) = pool.path(id) {
-            // SAFETY: both paths are NUL-terminated and live across the call.
-            let moved =
-                unsafe { libc::rename(path.as_cstr().as_ptr(), spare.as_cstr().as_ptr()) } == 0;
-            if moved {
-                if !pool.give(id, len) {
-                    // SAFETY: NUL-terminated path.
-                    unsafe { libc::unlink(spare.as_cstr().as_ptr()) };
+        let mut spare = Name::spare(id);
+        if beneath::rename(bdir.as_fd(), n.as_cstr(), pool.fd(), spare.as_cstr()).is_ok() {
+            // Between the stat and the rename the name may have changed hands: only a
+            // regular file is kept.
+            match beneath::stat(pool.fd(), spare.as_cstr()) {
+                Ok(st) if beneath::is_file(&st) && pool.give(id, st.st_size as u64) => {}
+                _ => {
+                    let _ = beneath::unlink(pool.fd(), spare.as_cstr());
                 }
-                return Ok(());
             }
+            return Ok(());
         }
     }
-    // SAFETY: NUL-terminated path.
-    if unsafe { libc::unlink(path.as_cstr().as_ptr()) } == 0 {
-        return Ok(());
+    match beneath::unlink(bdir.as_fd(), n.as_cstr()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(fail("unlink", e)),
     }
-    let e = io::Error::last_os_error();
-    if e.kind() == io::ErrorKind::NotFound {
-        return Ok(());
-    }
-    Err(IoFailure {
-        op: "unlink",
-        path: path.to_path(),
-        error: e,
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    use crate::config::SyncMode::{Data, Full, None as NoSync};
+    use std::os::unix::fs::symlink;
+
     fn root(dir: &std::path::Path, direct: bool) -> Root {
-        use std::os::unix::ffi::OsStrExt;
         std::fs::create_dir_all(dir.join("ab")).unwrap();
         Root {
-            path: dir.as_os_str().as_bytes().to_vec(),
+            dir: RootDir::open(dir, 0o700).unwrap(),
             direct,
             spares: None,
             file_mode: 0o600,
-            dir_mode: 0o700,
+        }
+    }
+
+    fn recycling_root(dir: &std::path::Path) -> Root {
+        std::fs::create_dir_all(dir.join("ab")).unwrap();
+        let rd = RootDir::open(dir, 0o700).unwrap();
+        let spares = crate::spare::SparePool::new(&rd, 200, 0o700).unwrap();
+        Root {
+            dir: rd,
+            direct: false,
+            spares: Some(spares),
+            file_mode: 0o600,
         }
     }
 
@@ -530,7 +576,7 @@ mod tests {
         let r = root(dir.path(), false);
         let mut a = vec![1u8; 100];
         let mut b = vec![2u8; 50];
-        write_object(&r, *b"ab", b"obj", &[iov(&mut a), iov(&mut b)], true).unwrap();
+        write_object(&r, *b"ab", b"obj", &[iov(&mut a), iov(&mut b)], Full).unwrap();
         assert!(object_exists(&r, *b"ab", b"obj").unwrap());
         let on_disk = std::fs::read(dir.path().join("ab/obj")).unwrap();
         assert_eq!(on_disk.len(), 150);
@@ -565,50 +611,36 @@ mod tests {
         let r = root(dir.path(), false);
         std::fs::remove_dir(dir.path().join("ab")).unwrap();
         let mut a = vec![3u8; 10];
-        write_object(&r, *b"ab", b"obj", &[iov(&mut a)], false).unwrap();
+        write_object(&r, *b"ab", b"obj", &[iov(&mut a)], NoSync).unwrap();
         assert!(object_exists(&r, *b"ab", b"obj").unwrap());
     }
 
     #[test]
     fn errors_name_the_path() {
-        let r = Root {
-            path: b"/definitely/not/here".to_vec(),
-            direct: false,
-            spares: None,
-            file_mode: 0o600,
-            dir_mode: 0o700,
-        };
+        let dir = tempfile::tempdir().unwrap();
+        let r = root(dir.path(), false);
+        // A file where the bucket dir belongs: creating the bucket dir fails.
+        std::fs::write(dir.path().join("cd"), b"").unwrap();
         let mut a = vec![3u8; 10];
-        let e = write_object(&r, *b"ab", b"obj", &[iov(&mut a)], false).unwrap_err();
-        assert_eq!(e.op, "create");
-        assert!(
-            e.path.starts_with("/definitely/not/here/ab"),
-            "{:?}",
-            e.path
-        );
-        let long = vec![b'x'; PATH_CAP];
-        assert!(read_object(&r, *b"ab", &long, &[iov(&mut a)]).is_err());
+        let e = write_object(&r, *b"cd", b"obj", &[iov(&mut a)], NoSync).unwrap_err();
+        assert_eq!(e.op, "open bucket dir");
+        assert_eq!(e.path, dir.path().join("cd"));
+        let long = vec![b'x'; NAME_CAP];
+        let e = read_object(&r, *b"ab", &long, &[iov(&mut a)]).unwrap_err();
+        assert_eq!(e.op, "build name");
     }
 
     #[test]
     fn replaced_and_removed_objects_are_recycled() {
-        use std::os::unix::ffi::OsStrExt;
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("ab")).unwrap();
-        let r = Root {
-            path: dir.path().as_os_str().as_bytes().to_vec(),
-            direct: false,
-            spares: Some(crate::spare::SparePool::new(dir.path(), 200, 0o700).unwrap()),
-            file_mode: 0o600,
-            dir_mode: 0o700,
-        };
+        let r = recycling_root(dir.path());
         let pool = r.spares.as_ref().unwrap();
         let mut a = vec![1u8; 100];
         let mut b = vec![2u8; 100];
-        write_object(&r, *b"ab", b"k", &[iov(&mut a)], false).unwrap();
+        write_object(&r, *b"ab", b"k", &[iov(&mut a)], NoSync).unwrap();
         assert_eq!(pool.len(), 0);
         // Replacing k keeps the old file as a spare; the new content is published.
-        write_object(&r, *b"ab", b"k", &[iov(&mut b)], false).unwrap();
+        write_object(&r, *b"ab", b"k", &[iov(&mut b)], NoSync).unwrap();
         assert_eq!(pool.len(), 1);
         assert_eq!(
             std::fs::read(dir.path().join("ab/k")).unwrap(),
@@ -621,7 +653,7 @@ mod tests {
             ReadOutcome::Hit
         );
         let mut c = vec![3u8; 100];
-        write_object(&r, *b"ab", b"other", &[iov(&mut c)], false).unwrap();
+        write_object(&r, *b"ab", b"other", &[iov(&mut c)], NoSync).unwrap();
         assert_eq!(pool.len(), 0);
         assert_eq!(
             std::fs::read(dir.path().join("ab/other")).unwrap(),
@@ -635,7 +667,7 @@ mod tests {
         remove_object(&r, *b"ab", b"other").unwrap();
         assert_eq!(pool.len(), 1);
         let mut d = vec![4u8; 50];
-        write_object(&r, *b"ab", b"small", &[iov(&mut d)], false).unwrap();
+        write_object(&r, *b"ab", b"small", &[iov(&mut d)], NoSync).unwrap();
         assert_eq!(pool.len(), 1);
         assert_eq!(
             std::fs::read(dir.path().join("ab/small")).unwrap(),
@@ -667,5 +699,130 @@ mod tests {
         assert_eq!(hex(0, &mut [0; 16]), b"0");
         assert_eq!(hex(0xabc, &mut [0; 16]), b"abc");
         assert_eq!(hex(u64::MAX, &mut [0; 16]), b"ffffffffffffffff");
+    }
+
+    /// A link planted at every level a root has: bucket dir, page, spare dir, spare file,
+    /// temp name. Nothing outside the root is read, written or removed.
+    #[test]
+    fn links_at_every_level_are_refused() {
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let snapshot = || {
+            let mut names: Vec<_> = std::fs::read_dir(outside.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names.sort();
+            (names, std::fs::read(&victim).unwrap())
+        };
+        let before = snapshot();
+        for recycling in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let r = if recycling {
+                recycling_root(dir.path())
+            } else {
+                root(dir.path(), false)
+            };
+            // A bucket dir that is a link: writes, reads, exists and removes refuse it.
+            symlink(outside.path(), dir.path().join("cd")).unwrap();
+            let mut a = vec![7u8; 8];
+            let e = write_object(&r, *b"cd", b"k", &[iov(&mut a)], NoSync).unwrap_err();
+            assert!(beneath::is_link_error(&e.error), "{e:?}");
+            assert!(read_object(&r, *b"cd", b"victim", &[iov(&mut a)]).is_err());
+            assert!(object_exists(&r, *b"cd", b"victim").is_err());
+            assert!(remove_object(&r, *b"cd", b"victim").is_err());
+            // A page that is a link: read and exists refuse it; a write replaces the link
+            // (the name), never the file it points to; remove unlinks the link itself.
+            symlink(&victim, dir.path().join("ab/page")).unwrap();
+            let mut buf = vec![0u8; 8];
+            let e = read_object(&r, *b"ab", b"page", &[iov(&mut buf)]).unwrap_err();
+            assert!(beneath::is_link_error(&e.error), "{e:?}");
+            let e = object_exists(&r, *b"ab", b"page").unwrap_err();
+            assert!(beneath::is_link_error(&e.error), "{e:?}");
+            write_object(&r, *b"ab", b"page", &[iov(&mut a)], NoSync).unwrap();
+            assert_eq!(std::fs::read(dir.path().join("ab/page")).unwrap(), a);
+            assert!(!dir.path().join("ab/page").is_symlink());
+            symlink(&victim, dir.path().join("ab/page2")).unwrap();
+            remove_object(&r, *b"ab", b"page2").unwrap();
+            assert!(!dir.path().join("ab/page2").is_symlink());
+            // Replacing and removing recycle; a later write reuses spares, never a link.
+            write_object(&r, *b"ab", b"page", &[iov(&mut a)], NoSync).unwrap();
+            remove_object(&r, *b"ab", b"page").unwrap();
+            if let Some(pool) = &r.spares {
+                for e in std::fs::read_dir(pool.path()).unwrap() {
+                    let e = e.unwrap();
+                    if e.file_name() != "lock" {
+                        std::fs::remove_file(e.path()).unwrap();
+                        symlink(&victim, e.path()).unwrap();
+                    }
+                }
+            }
+            for i in 0..4 {
+                let k = format!("n{i}");
+                write_object(&r, *b"ab", k.as_bytes(), &[iov(&mut a)], NoSync).unwrap();
+                assert!(!dir.path().join("ab").join(&k).is_symlink());
+            }
+            assert_eq!(snapshot(), before, "recycling = {recycling}");
+        }
+    }
+
+    #[test]
+    fn fifos_under_a_root_do_not_hang_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = root(dir.path(), false);
+        nix::unistd::mkfifo(&dir.path().join("ab/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let mut buf = vec![0u8; 8];
+        assert!(read_object(&r, *b"ab", b"fifo", &[iov(&mut buf)]).is_err());
+        assert!(!object_exists(&r, *b"ab", b"fifo").unwrap());
+    }
+
+    #[test]
+    fn every_sync_mode_publishes() {
+        for mode in [NoSync, Data, Full] {
+            let dir = tempfile::tempdir().unwrap();
+            for r in [root(dir.path(), false), recycling_root(dir.path())] {
+                let mut a = vec![9u8; 64];
+                write_object(&r, *b"ab", b"k", &[iov(&mut a)], mode).unwrap();
+                write_object(&r, *b"ab", b"k", &[iov(&mut a)], mode).unwrap();
+                assert_eq!(std::fs::read(dir.path().join("ab/k")).unwrap(), a);
+            }
+        }
+    }
+
+    #[test]
+    fn temp_names_are_unpredictable_and_distinct() {
+        let a = Name::temp();
+        let b = Name::temp();
+        assert_ne!(a.as_bytes(), b.as_bytes());
+        assert!(a.as_bytes().starts_with(b".t"));
+        // 16 random hex digits sit between ".t" and "-".
+        let text = String::from_utf8(a.as_bytes().to_vec()).unwrap();
+        let random = &text[2..text.find('-').unwrap()];
+        assert!(random.len() >= 12, "{text}");
+    }
+
+    #[test]
+    fn a_removed_tree_is_recreated_under_a_running_root() {
+        let dir = tempfile::tempdir().unwrap();
+        for r in [root(dir.path(), false), recycling_root(dir.path())] {
+            let mut a = vec![5u8; 32];
+            write_object(&r, *b"ab", b"k", &[iov(&mut a)], NoSync).unwrap();
+            std::fs::remove_dir_all(dir.path().join("ab")).unwrap();
+            let _ = std::fs::remove_dir_all(dir.path().join(crate::spare::SPARE_DIR));
+            let mut back = vec![0u8; 32];
+            assert_eq!(
+                read_object(&r, *b"ab", b"k", &[iov(&mut back)]).unwrap(),
+                ReadOutcome::Miss(MissReason::NotFound)
+            );
+            for i in 0..3 {
+                let k = format!("k{i}");
+                write_object(&r, *b"ab", k.as_bytes(), &[iov(&mut a)], NoSync).unwrap();
+                assert_eq!(
+                    read_object(&r, *b"ab", k.as_bytes(), &[iov(&mut back)]).unwrap(),
+                    ReadOutcome::Hit
+                );
+            }
+        }
     }
 }

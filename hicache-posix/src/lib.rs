@@ -2,9 +2,11 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod beneath;
 mod config;
 mod flight;
 mod fsinfo;
+mod inspect;
 mod io;
 mod plan;
 mod probe;
@@ -13,8 +15,9 @@ mod threads;
 mod uring;
 
 pub use backend::{PosixBackend, RootInfo};
-pub use config::{EngineChoice, PARAMS, PosixConfig};
+pub use config::{EngineChoice, PARAMS, PosixConfig, SyncMode};
 pub use fsinfo::{FALLBACK_ALIGN, FsInfo, fs_info, space};
+pub use inspect::{RootContents, inspect_root};
 pub use probe::{DirProbe, DirProblem, probe_dir};
 
 use hicache_core::{BackendKind, DynBackend, PluginContext, PluginDescriptor, Result, priority};

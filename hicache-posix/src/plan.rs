@@ -39,7 +39,7 @@ pub(crate) enum Held {
 #[derive(Debug)]
 pub(crate) struct Plan {
     pub(crate) kind: OpKind,
-    pub(crate) sync: bool,
+    pub(crate) sync: crate::config::SyncMode,
     names: Vec<u8>,
     name_ends: Vec<usize>,
     pub(crate) routes: Vec<(usize, [u8; 2])>,
@@ -66,7 +66,7 @@ unsafe impl Send for Plan {}
 unsafe impl Sync for Plan {}
 
 impl Plan {
-    pub(crate) fn new(kind: OpKind, sync: bool, items: usize) -> Self {
+    pub(crate) fn new(kind: OpKind, sync: crate::config::SyncMode, items: usize) -> Self {
         Plan {
             kind,
             sync,
@@ -194,5 +194,12 @@ pub(crate) fn cancelled() -> Error {
 
 /// A failed syscall as the core error, naming the operation and the path.
 pub(crate) fn to_error(f: IoFailure) -> Error {
+    if crate::beneath::is_link_error(&f.error) {
+        return Error::UnsafePath {
+            backend: NAME.into(),
+            op: f.op,
+            path: f.path,
+        };
+    }
     Error::io(NAME, f.op, Some(f.path), f.error)
 }

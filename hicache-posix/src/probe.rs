@@ -1,8 +1,7 @@
 //! The functional probe: can this plugin store pages in these dirs, on this machine, now?
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use hicache_core::{AlignedBuf, PluginContext, Verdict};
 
@@ -80,15 +79,11 @@ pub fn probe_dir(dir: &Path, direct: bool) -> Result<DirProbe, DirProblem> {
     Ok(report)
 }
 
-/// Writes, reads back and compares two aligned blocks in a probe file, then removes it.
+/// Writes, reads back and compares two aligned blocks in a probe file, then removes it. The
+/// file has an unpredictable name and is created exclusively, never through a link.
 fn round_trip(dir: &Path, align: u64, direct: bool) -> std::io::Result<()> {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let path = dir.join(format!(
-        ".hicache-probe-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let c = fsinfo::cstring(&path)?;
+    let root = crate::beneath::RootDir::open(dir, crate::config::DEFAULT_DIR_MODE)?;
+    let mut name = crate::io::Name::temp();
     let len = (2 * align.max(4096)) as usize;
     let mut out = AlignedBuf::zeroed(len, align.max(4096) as usize)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -97,17 +92,11 @@ fn round_trip(dir: &Path, align: u64, direct: bool) -> std::io::Result<()> {
     let pattern: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
     out.copy_from(0, &pattern)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let mut flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+    let mut flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
     if direct {
         flags |= libc::O_DIRECT;
     }
-    // SAFETY: NUL-terminated path; the fd is owned by OwnedFd below.
-    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd is fresh and ours.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = crate::beneath::open(root.fd(), name.as_cstr(), flags, 0o600)?;
     let result = (|| {
         // SAFETY: both buffers are `len` bytes, aligned, and exclusively ours.
         let w = unsafe { libc::pwrite(fd.as_raw_fd(), out.as_ptr().cast(), len, 0) };
@@ -130,8 +119,7 @@ fn round_trip(dir: &Path, align: u64, direct: bool) -> std::io::Result<()> {
         Ok(())
     })();
     drop(fd);
-    // SAFETY: NUL-terminated path.
-    unsafe { libc::unlink(c.as_ptr()) };
+    let _ = crate::beneath::unlink(root.fd(), name.as_cstr());
     result
 }
 

@@ -13,22 +13,46 @@
 //! opened an object just before it was replaced could still be reading its inode; a spare is
 //! therefore reused only once no read of this process that was in flight when it was pooled
 //! can still run: at once if none was, else after a moment with no read in flight on the root
-//! (a quiescent point, counted by [`ReadTracker`]). A reader in *another* process sharing the dir is not tracked: there the connector's
-//! envelope checksum turns such a read into a miss, which is why recycling is only enabled for
-//! enveloped pages (raw SGLang pages are never recycled). Each process has its own spare
-//! dir (`<root>/.hicache-spare/<pid>-<nonce>`); dirs of processes that no longer run are
-//! removed at start.
+//! (a quiescent point, counted by [`ReadTracker`]). A reader in *another* process sharing the
+//! dir is not tracked: there the connector's envelope checksum turns such a read into a miss,
+//! which is why recycling is only enabled for enveloped pages (raw SGLang pages are never
+//! recycled).
+//!
+//! Shared roots: several processes, containers and hosts may use one storage dir. Each
+//! process has its own spare dir, `<root>/.hicache-spare/<host>-<boot id>-<pid>-<random>`
+//! (host, boot and pid are there for people; the random part makes it unique), holding a
+//! `lock` file the process keeps `flock`ed while it runs. Locks work across PID namespaces
+//! and, on NFS, across hosts; a PID does not, so it is never used to judge liveness. A dir
+//! is reclaimed at start only when its lock can be taken, which proves its owner is gone; a
+//! dir whose lock cannot be tested (no lock file, or a filesystem without `flock`) is left
+//! alone. The dir is built under a `.new-` name and renamed into place only once it is
+//! locked, so nobody can see it unlocked. If the dir vanishes while the process runs (someone
+//! cleaned the root), writes fall back to temporary files in the bucket dirs: they never all
+//! fail.
 
 use std::collections::{HashMap, VecDeque};
+use std::ffi::{CStr, CString};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::io::PathBuf4k;
+use crate::beneath::{self, RootDir};
+use crate::io::Name;
 
 /// The top-level dir of spare dirs under a storage dir.
 pub(crate) const SPARE_DIR: &str = ".hicache-spare";
+
+/// The lock file in each process's spare dir.
+const LOCK_FILE: &CStr = c"lock";
+
+/// Prefix of a spare dir still being built (not yet locked and renamed into place).
+const BUILDING: &str = ".new-";
+
+/// A staging dir without a lock this old was left by a process that died while building it
+/// (building takes microseconds).
+const STALE_BUILD: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Counts reads in flight and the moments when none is: packed as (generation << 32 | active)
 /// so that "the count reached zero" and "the generation advanced" are one atomic step.
@@ -73,8 +97,18 @@ type Spare = (u64, Option<u64>);
 
 #[derive(Debug)]
 pub(crate) struct SparePool {
-    dir: PathBuf,
-    dir_bytes: Vec<u8>,
+    /// The top dir of spare dirs, for removing ours at the end.
+    top: OwnedFd,
+    /// Our dir's name in `top`.
+    name: CString,
+    /// Our dir.
+    dir: OwnedFd,
+    /// The path of our dir, for messages.
+    path: PathBuf,
+    /// Our `lock` file, held with `flock(LOCK_EX)` while the pool lives.
+    _lock: OwnedFd,
+    /// Set when our dir vanished: writes use temporary files from then on.
+    lost: AtomicBool,
     /// Per size, spares oldest first.
     by_len: Mutex<HashMap<u64, VecDeque<Spare>>>,
     /// Bytes held in spares.
@@ -88,30 +122,65 @@ pub(crate) struct SparePool {
     pub(crate) exchange: AtomicBool,
 }
 
+/// What reclaiming found in the spare dirs of a storage dir.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct SpareDirs {
+    /// Dirs of running processes (their lock is held).
+    pub(crate) live: Vec<String>,
+    /// Dirs of processes that are gone (their lock was free); removed when reclaiming.
+    pub(crate) dead: Vec<String>,
+    /// Dirs whose owner cannot be proven gone (no lock file, or `flock` unsupported), kept.
+    pub(crate) unknown: Vec<String>,
+    /// Links found among them, never followed (removed when reclaiming).
+    pub(crate) links: Vec<String>,
+}
+
 impl SparePool {
     /// Creates this process's spare dir under `root` (holding at most `cap` bytes of spares)
-    /// and removes dirs of dead processes.
-    pub(crate) fn new(root: &Path, cap: u64, dir_mode: u32) -> io::Result<Self> {
-        use std::os::unix::ffi::OsStrExt;
-        use std::os::unix::fs::DirBuilderExt;
-        let top = root.join(SPARE_DIR);
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(dir_mode)
-            .create(&top)?;
-        remove_dead(&top);
-        let nonce = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let dir = top.join(format!("{}-{nonce:x}", std::process::id()));
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(dir_mode)
-            .create(&dir)?;
+    /// and reclaims the dirs of processes that are provably gone.
+    pub(crate) fn new(root: &RootDir, cap: u64, dir_mode: u32) -> io::Result<Self> {
+        let top_name = CString::new(SPARE_DIR).expect("no NUL");
+        let top = beneath::make_dir(root.fd(), &top_name, dir_mode)?;
+        let found = scan(top.as_fd(), true);
+        if !found.dead.is_empty() {
+            tracing::info!(root = %root.path().display(), dirs = ?found.dead, "reclaimed spare dirs of processes that are gone");
+        }
+        let tag = random_tag();
+        let building = CString::new(format!("{BUILDING}{tag}")).expect("no NUL");
+        let dir = beneath::make_dir(top.as_fd(), &building, dir_mode)?;
+        let lock = beneath::open(
+            dir.as_fd(),
+            LOCK_FILE,
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+            0o600,
+        )
+        .and_then(|fd| {
+            try_lock(fd.as_fd())?
+                .then_some(fd)
+                .ok_or_else(|| io::Error::other("a fresh lock file is locked by someone else"))
+        });
+        let lock = match lock {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = remove_flat(top.as_fd(), &building);
+                return Err(e);
+            }
+        };
+        let name = CString::new(format!("{}-{tag}", owner_label())).expect("no NUL");
+        if let Err(e) = beneath::rename(top.as_fd(), &building, top.as_fd(), &name) {
+            let _ = remove_flat(top.as_fd(), &building);
+            return Err(e);
+        }
         Ok(SparePool {
-            dir_bytes: dir.as_os_str().as_bytes().to_vec(),
+            path: root
+                .path()
+                .join(SPARE_DIR)
+                .join(String::from_utf8_lossy(name.as_bytes()).as_ref()),
+            top,
+            name,
             dir,
+            _lock: lock,
+            lost: AtomicBool::new(false),
             by_len: Mutex::new(HashMap::new()),
             reads: ReadTracker::default(),
             count: AtomicU64::new(0),
@@ -122,9 +191,50 @@ impl SparePool {
         })
     }
 
-    /// The path of spare `id`.
-    pub(crate) fn path(&self, id: u64) -> io::Result<PathBuf4k> {
-        PathBuf4k::spare(&self.dir_bytes, id)
+    /// Our spare dir's handle.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
+    /// Our spare dir's path, for messages.
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Whether our dir vanished (writes then use temporary files).
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    /// A file to write `len` bytes into before publishing: a recycled spare of that size, or
+    /// a fresh file in our dir. None when our dir is gone (or the file cannot be made):
+    /// the caller uses a temporary file instead.
+    pub(crate) fn stage(
+        &self,
+        len: u64,
+        direct: libc::c_int,
+        file_mode: u32,
+    ) -> Option<(u64, Name, OwnedFd)> {
+        if let Some(id) = self.take(len) {
+            let mut n = Name::spare(id);
+            if let Ok(fd) = beneath::open(self.fd(), n.as_cstr(), libc::O_WRONLY | direct, 0) {
+                return Some((id, n, fd));
+            }
+            // The spare vanished (or is no longer a plain file): make a new one.
+        }
+        let id = self.fresh();
+        let mut n = Name::spare(id);
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct;
+        match beneath::open(self.fd(), n.as_cstr(), flags, file_mode) {
+            Ok(fd) => Some((id, n, fd)),
+            Err(e) => {
+                if e.kind() == io::ErrorKind::NotFound && beneath::is_removed(self.fd()) {
+                    tracing::warn!(dir = %self.path.display(), "this process's spare dir was removed; writes use temporary files from now on");
+                    self.lost.store(true, Ordering::Relaxed);
+                }
+                None
+            }
+        }
     }
 
     /// A fresh, unused spare name.
@@ -175,31 +285,145 @@ impl SparePool {
 
 impl Drop for SparePool {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // Our files first, then the dir; the lock is released when its fd closes after.
+        let _ = remove_flat(self.top.as_fd(), &self.name);
     }
 }
 
-/// Removes spare dirs whose process no longer runs.
-fn remove_dead(top: &Path) {
-    let Ok(entries) = std::fs::read_dir(top) else {
-        return;
+/// `<host>-<first 8 of the boot id>-<pid>`, for people reading the dir names.
+fn owner_label() -> String {
+    let host: String = nix::unistd::gethostname()
+        .ok()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '_')
+        .take(40)
+        .collect();
+    let boot: String = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap_or_default()
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(8)
+        .collect();
+    let host = if host.is_empty() { "host".into() } else { host };
+    let boot = if boot.is_empty() {
+        "noboot".into()
+    } else {
+        boot
     };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.split('-').next())
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        // SAFETY: kill with signal 0 only checks whether the process exists.
-        let alive = unsafe { libc::kill(pid, 0) } == 0
-            || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if !alive {
-            let _ = std::fs::remove_dir_all(e.path());
+    format!("{host}-{boot}-{}", std::process::id())
+}
+
+/// 64 unpredictable bits in hex (RandomState is seeded from the OS's random source).
+fn random_tag() -> String {
+    use std::hash::BuildHasher;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{:016x}",
+        std::collections::hash_map::RandomState::new().hash_one(nanos)
+    )
+}
+
+/// `flock(LOCK_EX | LOCK_NB)`: Ok(true) when taken, Ok(false) when someone holds it.
+fn try_lock(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    loop {
+        // SAFETY: flock on a descriptor we borrow; it touches no memory.
+        let rc = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            _ => return Err(e),
         }
     }
+}
+
+/// Looks at every spare dir under `top` (an open `.hicache-spare`); with `reclaim`, removes
+/// those whose owner is provably gone, and links planted among them.
+pub(crate) fn scan(top: BorrowedFd<'_>, reclaim: bool) -> SpareDirs {
+    let mut found = SpareDirs::default();
+    let Ok(names) = beneath::list(top) else {
+        return found;
+    };
+    for name in names {
+        let shown = name.to_string_lossy().into_owned();
+        match beneath::stat(top, &name) {
+            Ok(st) if beneath::is_link(&st) => {
+                if reclaim {
+                    let _ = beneath::unlink(top, &name);
+                }
+                found.links.push(shown);
+                continue;
+            }
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
+            _ => continue,
+        }
+        let Ok(dir) = beneath::open_dir(top, &name) else {
+            found.unknown.push(shown);
+            continue;
+        };
+        let lock = match beneath::open(dir.as_fd(), LOCK_FILE, libc::O_RDONLY, 0) {
+            Ok(fd) => fd,
+            Err(_) => {
+                // No lock: an abandoned build (old enough) is provably dead; anything else
+                // (another tool's dir, an older hicache) is left alone.
+                let abandoned = shown.starts_with(BUILDING)
+                    && nix::sys::stat::fstat(&dir).is_ok_and(|st| {
+                        let age = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map(|d| d.as_secs() as i64)
+                            .unwrap_or(0)
+                            - st.st_mtime;
+                        age > STALE_BUILD.as_secs() as i64
+                    });
+                if abandoned {
+                    if reclaim {
+                        let _ = remove_flat(top, &name);
+                    }
+                    found.dead.push(shown);
+                } else if !shown.starts_with(BUILDING) {
+                    found.unknown.push(shown);
+                }
+                continue;
+            }
+        };
+        match try_lock(lock.as_fd()) {
+            Ok(true) => {
+                if reclaim {
+                    // We hold the dead owner's lock while removing its files.
+                    let _ = remove_flat(top, &name);
+                }
+                found.dead.push(shown);
+            }
+            Ok(false) => {
+                if !shown.starts_with(BUILDING) {
+                    found.live.push(shown)
+                }
+            }
+            Err(e) => {
+                tracing::debug!(dir = %shown, error = %e, "cannot test a spare dir's lock; keeping it");
+                found.unknown.push(shown);
+            }
+        }
+    }
+    found
+}
+
+/// Removes the files (and links) in `top/name`, then the dir; nothing is followed, nested
+/// dirs are left (so the dir stays).
+fn remove_flat(top: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    let dir = beneath::open_dir(top, name)?;
+    for entry in beneath::list(dir.as_fd())? {
+        let _ = beneath::unlink(dir.as_fd(), &entry);
+    }
+    beneath::rmdir(top, name)
 }
 
 #[cfg(test)]
@@ -224,7 +448,8 @@ mod tests {
     #[test]
     fn spares_wait_for_a_quiescent_point() {
         let dir = tempfile::tempdir().unwrap();
-        let pool = SparePool::new(dir.path(), 1000, 0o700).unwrap();
+        let root = RootDir::open(dir.path(), 0o700).unwrap();
+        let pool = SparePool::new(&root, 1000, 0o700).unwrap();
         pool.reads.enter();
         assert!(pool.give(1, 100));
         assert_eq!(
@@ -238,5 +463,84 @@ mod tests {
         // Pooled while no read is in flight: reusable at once.
         assert!(pool.give(2, 100));
         assert_eq!(pool.take(100), Some(2));
+    }
+
+    fn top(dir: &std::path::Path) -> std::path::PathBuf {
+        dir.join(SPARE_DIR)
+    }
+
+    #[test]
+    fn live_dirs_are_kept_and_dead_ones_reclaimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = RootDir::open(dir.path(), 0o700).unwrap();
+        let live = SparePool::new(&root, 1000, 0o700).unwrap();
+        let live_name = live.path().file_name().unwrap().to_owned();
+        // A dead process's dir: its lock file exists and nobody holds it.
+        let dead = top(dir.path()).join("otherhost-12345678-1-00");
+        std::fs::create_dir(&dead).unwrap();
+        std::fs::write(dead.join("lock"), b"").unwrap();
+        std::fs::write(dead.join("7"), b"old spare").unwrap();
+        // A dir nobody can prove dead (no lock file): kept.
+        let unknown = top(dir.path()).join("123-abc");
+        std::fs::create_dir(&unknown).unwrap();
+        // The same PID as ours, as another PID namespace would have: judged by its lock only.
+        let same_pid = top(dir.path()).join(format!("x-y-{}-01", std::process::id()));
+        std::fs::create_dir(&same_pid).unwrap();
+        std::fs::write(same_pid.join("lock"), b"").unwrap();
+        let second = SparePool::new(&root, 1000, 0o700).unwrap();
+        assert!(
+            dir.path().join(SPARE_DIR).join(&live_name).is_dir(),
+            "a live writer's dir survives"
+        );
+        assert!(!dead.exists(), "a dead writer's dir is reclaimed");
+        assert!(!same_pid.exists());
+        assert!(unknown.exists());
+        let found = scan(second.top.as_fd(), false);
+        assert_eq!(found.live.len(), 2, "{found:?}");
+        assert_eq!(found.unknown, vec!["123-abc".to_string()]);
+        drop(live);
+        assert!(
+            !dir.path().join(SPARE_DIR).join(&live_name).exists(),
+            "a pool removes its dir"
+        );
+        let found = scan(second.top.as_fd(), false);
+        assert_eq!(found.live.len(), 1);
+    }
+
+    #[test]
+    fn links_under_the_spare_dir_are_never_followed() {
+        use std::os::unix::fs::symlink;
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("lock"), b"").unwrap();
+        std::fs::write(outside.path().join("precious"), b"keep").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let root = RootDir::open(dir.path(), 0o700).unwrap();
+        std::fs::create_dir(top(dir.path())).unwrap();
+        symlink(outside.path(), top(dir.path()).join("h-b-1-00")).unwrap();
+        let pool = SparePool::new(&root, 1000, 0o700).unwrap();
+        assert!(!top(dir.path()).join("h-b-1-00").exists());
+        assert_eq!(
+            std::fs::read(outside.path().join("precious")).unwrap(),
+            b"keep"
+        );
+        drop(pool);
+        // A link in place of the whole spare dir is refused.
+        let dir = tempfile::tempdir().unwrap();
+        let root = RootDir::open(dir.path(), 0o700).unwrap();
+        symlink(outside.path(), top(dir.path())).unwrap();
+        let e = SparePool::new(&root, 1000, 0o700).unwrap_err();
+        assert!(beneath::is_link_error(&e), "{e}");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_vanished_dir_falls_back_to_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = RootDir::open(dir.path(), 0o700).unwrap();
+        let pool = SparePool::new(&root, 1000, 0o700).unwrap();
+        assert!(pool.stage(10, 0, 0o600).is_some());
+        std::fs::remove_dir_all(top(dir.path())).unwrap();
+        assert!(pool.stage(10, 0, 0o600).is_none());
+        assert!(pool.is_lost());
     }
 }

@@ -3,10 +3,16 @@
 //!
 //! | operation | chain (fixed-file slot per object) |
 //! |---|---|
-//! | write | `OPENAT(temp) → WRITEV → [FSYNC] → CLOSE → RENAMEAT(temp → name)` |
-//! | read | `STATX(name) → OPENAT(name) → READV → CLOSE` |
+//! | write | `OPENAT2(temp) → WRITEV → [FSYNC data] → CLOSE → RENAMEAT(temp → name) → [FSYNC bucket dir]` |
+//! | read | `STATX(name) → OPENAT2(name) → READV → CLOSE` |
 //! | exists | `STATX(name)` |
 //! | remove | `UNLINKAT(name)` |
+//!
+//! Every path is one name relative to the bucket dir's open handle (see [`crate::beneath`]):
+//! `OPENAT2` resolves with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` and `O_NOFOLLOW`, `STATX`
+//! does not follow links, so a link planted under a root fails the chain and is reported as
+//! [`hicache_core::Error::UnsafePath`]. A chain that fails because its bucket dir was removed
+//! meanwhile is started again once on the recreated dir.
 //!
 //! A failing or short step cancels the rest of its chain (the kernel treats a short read or
 //! write in a link as a failure); the completion handler then closes a file left open, removes
@@ -26,14 +32,16 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::NAME;
+use crate::config::SyncMode;
 use crate::flight::Completion;
-use crate::io::{PathBuf4k, Root};
+use crate::io::{Name, Root};
 use crate::plan::{self, OpKind, Outcome, Plan};
 use hicache_core::{Error, MissReason, ReadOutcome, Result};
 use io_uring::{IoUring, Probe, opcode, squeue, types};
+use std::os::fd::{AsRawFd, OwnedFd};
 
-/// Longest chain (write with fsync).
-const MAX_CHAIN: u32 = 5;
+/// Longest chain (write with `sync = full`).
+const MAX_CHAIN: u32 = 6;
 /// Fixed-buffer table size.
 const BUFFER_SLOTS: u32 = 64;
 /// The kernel's limit for one registered buffer.
@@ -79,7 +87,7 @@ pub(crate) fn check_support(depth: u32) -> io::Result<IoUring> {
     let mut probe = Probe::new();
     ring.submitter().register_probe(&mut probe)?;
     for (code, name) in [
-        (opcode::OpenAt::CODE, "OPENAT"),
+        (opcode::OpenAt2::CODE, "OPENAT2"),
         (opcode::Readv::CODE, "READV"),
         (opcode::Writev::CODE, "WRITEV"),
         (opcode::ReadFixed::CODE, "READ_FIXED"),
@@ -179,8 +187,13 @@ impl Drop for UringEngine {
 
 /// Per in-flight object state, at a stable address for the kernel.
 struct Slot {
-    path: PathBuf4k,
-    tmp: PathBuf4k,
+    name: Name,
+    tmp: Name,
+    how: types::OpenHow,
+    /// The bucket dir the chain works in, open until the chain ends.
+    bucket: Option<Arc<OwnedFd>>,
+    /// Whether the item was started again after its bucket dir was recreated.
+    retried: bool,
     stx: libc::statx,
     job: usize,
     item: usize,
@@ -205,6 +218,8 @@ struct Driver {
     free: Vec<usize>,
     jobs: Vec<Option<ActiveJob>>,
     queue: VecDeque<(usize, usize)>,
+    /// Queued items that run a second time (their bucket dir was recreated).
+    retry: std::collections::HashSet<(usize, usize)>,
     inflight: usize,
 }
 
@@ -219,8 +234,11 @@ impl Driver {
         };
         let slots = (0..n)
             .map(|_| Slot {
-                path: PathBuf4k::new(),
-                tmp: PathBuf4k::new(),
+                name: Name::new(),
+                tmp: Name::new(),
+                how: types::OpenHow::new(),
+                bucket: None,
+                retried: false,
                 // SAFETY: statx is plain old data; all-zero is a valid value.
                 stx: unsafe { std::mem::zeroed() },
                 job: 0,
@@ -240,6 +258,7 @@ impl Driver {
             free: (0..n).rev().collect(),
             jobs: Vec::new(),
             queue: VecDeque::new(),
+            retry: std::collections::HashSet::new(),
             inflight: 0,
         }
     }
@@ -398,7 +417,8 @@ impl Driver {
                 self.finish_item(job, item, Err(plan::cancelled()));
                 continue;
             }
-            match self.start(slot, job, item, &plan) {
+            let retried = self.retry.remove(&(job, item));
+            match self.start(slot, job, item, &plan, retried) {
                 Ok(()) => {
                     self.free.pop();
                     self.inflight += 1;
@@ -408,16 +428,39 @@ impl Driver {
         }
     }
 
-    fn start(&mut self, slot_id: usize, job: usize, item: usize, plan: &Plan) -> Result<()> {
+    fn start(
+        &mut self,
+        slot_id: usize,
+        job: usize,
+        item: usize,
+        plan: &Plan,
+        retried: bool,
+    ) -> Result<()> {
         let (root, bucket) = plan.routes[item];
         let root = &self.roots[root];
+        let name = plan.name(item);
+        let bucket_fd = root.dir.bucket(bucket).map_err(|e| {
+            plan::to_error(crate::io::IoFailure {
+                op: "open bucket dir",
+                path: root.dir.bucket_path(bucket),
+                error: e,
+            })
+        })?;
+        let dirfd = types::Fd(bucket_fd.as_raw_fd());
         let slot = &mut self.slots[slot_id];
-        slot.path = PathBuf4k::object(&root.path, bucket, plan.name(item))
-            .map_err(|e| Error::io(NAME, "build path", None, e))?;
+        slot.name = Name::object(name).map_err(|e| {
+            plan::to_error(crate::io::IoFailure {
+                op: "build name",
+                path: root.dir.object_path(bucket, name),
+                error: e,
+            })
+        })?;
+        slot.bucket = Some(bucket_fd);
+        slot.retried = retried;
         slot.job = job;
         slot.item = item;
         slot.res = [0; MAX_CHAIN as usize];
-        let path = slot.path.as_cstr().as_ptr();
+        let path = slot.name.as_cstr().as_ptr();
         let fixed = types::Fixed(slot_id as u32);
         let dest = types::DestinationSlot::try_from_slot_target(slot_id as u32)
             .map_err(|_| Error::backend(NAME, "io_uring file slot out of range"))?;
@@ -432,18 +475,23 @@ impl Driver {
                 (fits && u32::try_from(v.iov_len).is_ok()).then_some((index, *v))
             });
         let direct = if root.direct { libc::O_DIRECT } else { 0 };
+        let resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
         // No O_CLOEXEC: direct descriptors are not process fds, and the kernel rejects the
         // flag when installing into a fixed slot.
         let mut entries: [Option<squeue::Entry>; MAX_CHAIN as usize] = Default::default();
         let n = match plan.kind {
             OpKind::Write => {
-                slot.tmp = PathBuf4k::temp(&root.path, bucket)
-                    .map_err(|e| Error::io(NAME, "build path", None, e))?;
+                slot.tmp = Name::temp();
+                slot.how = types::OpenHow::new()
+                    .flags(
+                        (libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | direct)
+                            as u64,
+                    )
+                    .mode(u64::from(root.file_mode))
+                    .resolve(resolve);
                 let tmp = slot.tmp.as_cstr().as_ptr();
                 entries[0] = Some(
-                    opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), tmp)
-                        .flags(libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct)
-                        .mode(root.file_mode)
+                    opcode::OpenAt2::new(dirfd, tmp, &slot.how)
                         .file_index(Some(dest))
                         .build(),
                 );
@@ -459,7 +507,7 @@ impl Driver {
                     None => opcode::Writev::new(fixed, iov.as_ptr(), iov.len() as u32).build(),
                 });
                 let mut k = 2;
-                if plan.sync {
+                if plan.sync != SyncMode::None {
                     entries[k] = Some(
                         opcode::Fsync::new(fixed)
                             .flags(types::FsyncFlags::DATASYNC)
@@ -468,27 +516,27 @@ impl Driver {
                     k += 1;
                 }
                 entries[k] = Some(opcode::Close::new(fixed).build());
-                entries[k + 1] = Some(
-                    opcode::RenameAt::new(
-                        types::Fd(libc::AT_FDCWD),
-                        tmp,
-                        types::Fd(libc::AT_FDCWD),
-                        path,
-                    )
-                    .build(),
-                );
-                k + 2
+                entries[k + 1] = Some(opcode::RenameAt::new(dirfd, tmp, dirfd, path).build());
+                k += 2;
+                if plan.sync == SyncMode::Full {
+                    entries[k] = Some(opcode::Fsync::new(dirfd).build());
+                    k += 1;
+                }
+                k
             }
             OpKind::Read => {
                 let stx = (&mut slot.stx as *mut libc::statx).cast::<types::statx>();
                 entries[0] = Some(
-                    opcode::Statx::new(types::Fd(libc::AT_FDCWD), path, stx)
+                    opcode::Statx::new(dirfd, path, stx)
+                        .flags(libc::AT_SYMLINK_NOFOLLOW)
                         .mask(libc::STATX_SIZE | libc::STATX_TYPE)
                         .build(),
                 );
+                slot.how = types::OpenHow::new()
+                    .flags((libc::O_RDONLY | libc::O_NOFOLLOW | direct) as u64)
+                    .resolve(resolve);
                 entries[1] = Some(
-                    opcode::OpenAt::new(types::Fd(libc::AT_FDCWD), path)
-                        .flags(libc::O_RDONLY | direct)
+                    opcode::OpenAt2::new(dirfd, path, &slot.how)
                         .file_index(Some(dest))
                         .build(),
                 );
@@ -509,14 +557,15 @@ impl Driver {
             OpKind::Exists => {
                 let stx = (&mut slot.stx as *mut libc::statx).cast::<types::statx>();
                 entries[0] = Some(
-                    opcode::Statx::new(types::Fd(libc::AT_FDCWD), path, stx)
+                    opcode::Statx::new(dirfd, path, stx)
+                        .flags(libc::AT_SYMLINK_NOFOLLOW)
                         .mask(libc::STATX_TYPE)
                         .build(),
                 );
                 1
             }
             OpKind::Remove => {
-                entries[0] = Some(opcode::UnlinkAt::new(types::Fd(libc::AT_FDCWD), path).build());
+                entries[0] = Some(opcode::UnlinkAt::new(dirfd, path).build());
                 1
             }
         };
@@ -533,9 +582,10 @@ impl Driver {
             if step + 1 < n {
                 e = e.flags(squeue::Flags::IO_LINK);
             }
-            // SAFETY: every pointer in the entry (paths, statx, iovecs) stays valid until its
-            // completion: paths and statx live in the slot, which is not reused before all of
-            // the chain's CQEs arrive; iovecs live in the plan, which the job keeps alive.
+            // SAFETY: every pointer in the entry (names, open_how, statx, iovecs) stays valid
+            // until its completion: names, open_how and statx live in the slot, which is not
+            // reused before all of the chain's CQEs arrive; iovecs live in the plan, which the
+            // job keeps alive; the bucket dir's handle is held by the slot until then too.
             unsafe { sq.push(&e) }.expect("room checked before starting the chain");
         }
         Ok(())
@@ -555,28 +605,62 @@ impl Driver {
             slot.pending -= 1;
             if slot.pending == 0 {
                 let (job, item) = (slot.job, slot.item);
-                let kind = self.jobs[job].as_ref().map(|j| j.job.plan.kind);
-                let expected = self.jobs[job]
-                    .as_ref()
-                    .map(|j| {
-                        j.job
-                            .plan
-                            .iov(item)
-                            .iter()
-                            .map(|v| v.iov_len as u64)
-                            .sum::<u64>()
-                    })
-                    .unwrap_or(0);
-                let sync = self.jobs[job].as_ref().is_some_and(|j| j.job.plan.sync);
-                let result = match kind {
-                    Some(kind) => self.complete(slot_id, kind, expected, sync),
-                    None => Err(Error::backend(NAME, "job vanished")),
+                let Some(plan) = self.jobs[job].as_ref().map(|j| j.job.plan.clone()) else {
+                    self.release_slot(slot_id);
+                    continue;
                 };
-                self.free.push(slot_id);
-                self.inflight -= 1;
+                match self.restart_in_new_bucket(slot_id, &plan) {
+                    Ok(true) => {
+                        self.release_slot(slot_id);
+                        self.queue.push_front((job, item));
+                        self.retry.insert((job, item));
+                        continue;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        self.release_slot(slot_id);
+                        self.finish_item(job, item, Err(e));
+                        continue;
+                    }
+                }
+                let expected = plan.iov(item).iter().map(|v| v.iov_len as u64).sum::<u64>();
+                let result = self.complete(slot_id, &plan, expected);
+                self.release_slot(slot_id);
                 self.finish_item(job, item, result);
             }
         }
+    }
+
+    fn release_slot(&mut self, slot_id: usize) {
+        self.slots[slot_id].bucket = None;
+        self.free.push(slot_id);
+        self.inflight -= 1;
+    }
+
+    /// Whether the chain failed only because its bucket dir was removed meanwhile; the dir is
+    /// then recreated and the item runs again (once). An error when the dir cannot be
+    /// recreated (e.g. a link now sits in its place).
+    fn restart_in_new_bucket(&self, slot_id: usize, plan: &Plan) -> Result<bool> {
+        let slot = &self.slots[slot_id];
+        let first_missing = slot.res[0] == -libc::ENOENT;
+        if slot.retried || !first_missing || plan.kind == OpKind::Remove {
+            return Ok(false);
+        }
+        let Some(fd) = slot.bucket.as_ref() else {
+            return Ok(false);
+        };
+        if !crate::beneath::is_removed(std::os::fd::AsFd::as_fd(&**fd)) {
+            return Ok(false);
+        }
+        let (root, bucket) = plan.routes[slot.item];
+        let dir = &self.roots[root].dir;
+        dir.reopen(bucket, Some(fd)).map(|_| true).map_err(|e| {
+            plan::to_error(crate::io::IoFailure {
+                op: "recreate bucket dir",
+                path: dir.bucket_path(bucket),
+                error: e,
+            })
+        })
     }
 
     /// Releases a fixed-file slot whose CLOSE did not run.
@@ -587,24 +671,29 @@ impl Driver {
             .register_files_update(slot_id as u32, &[-1]);
     }
 
-    fn complete(
-        &mut self,
-        slot_id: usize,
-        kind: OpKind,
-        expected: u64,
-        sync: bool,
-    ) -> Result<Outcome> {
+    fn complete(&mut self, slot_id: usize, plan: &Plan, expected: u64) -> Result<Outcome> {
         let res = self.slots[slot_id].res;
         let os = |r: i32| io::Error::from_raw_os_error(-r);
-        match kind {
+        let item = self.slots[slot_id].item;
+        let (root, bucket) = plan.routes[item];
+        let root = &self.roots[root];
+        let fail = |op: &'static str, name: &[u8], error: io::Error| {
+            plan::to_error(crate::io::IoFailure {
+                op,
+                path: root.dir.object_path(bucket, name),
+                error,
+            })
+        };
+        match plan.kind {
             OpKind::Write => {
-                let (close_step, rename_step) = if sync { (3, 4) } else { (2, 3) };
+                let synced = plan.sync != SyncMode::None;
+                let close_step = if synced { 3 } else { 2 };
+                let rename_step = close_step + 1;
                 let opened = res[0] >= 0;
                 if opened && res[close_step] < 0 {
                     self.drop_fixed(slot_id);
                 }
                 let slot = &mut self.slots[slot_id];
-                let tmp_path = slot.tmp.to_path();
                 let failure = if !opened {
                     Some(("create", os(res[0])))
                 } else if res[1] < 0 {
@@ -617,21 +706,31 @@ impl Driver {
                             format!("short write: {} of {expected} bytes", res[1]),
                         ),
                     ))
-                } else if sync && res[2] < 0 {
+                } else if synced && res[2] < 0 {
                     Some(("fdatasync", os(res[2])))
                 } else if res[rename_step] < 0 {
                     Some(("rename", os(res[rename_step])))
+                } else if plan.sync == SyncMode::Full && res[rename_step + 1] < 0 {
+                    // Published, but not known to be durable: report it.
+                    return Err(plan::to_error(crate::io::IoFailure {
+                        op: "fsync bucket dir",
+                        path: root.dir.bucket_path(bucket),
+                        error: os(res[rename_step + 1]),
+                    }));
                 } else {
                     None
                 };
                 match failure {
                     None => Ok(Outcome::Done),
                     Some((op, e)) => {
-                        if opened {
-                            // SAFETY: NUL-terminated path in the slot.
-                            unsafe { libc::unlink(slot.tmp.as_cstr().as_ptr()) };
+                        let name = slot.tmp.as_bytes().to_vec();
+                        if opened && let Some(dir) = slot.bucket.as_ref() {
+                            let _ = crate::beneath::unlink(
+                                std::os::fd::AsFd::as_fd(&**dir),
+                                slot.tmp.as_cstr(),
+                            );
                         }
-                        Err(Error::io(NAME, op, Some(tmp_path), e))
+                        Err(fail(op, &name, e))
                     }
                 }
             }
@@ -640,16 +739,23 @@ impl Driver {
                     self.drop_fixed(slot_id);
                 }
                 let slot = &self.slots[slot_id];
+                let name = slot.name.as_bytes();
                 let missing = |r: i32| r == -libc::ENOENT || r == -libc::ENOTDIR;
                 if missing(res[0]) || missing(res[1]) {
                     return Ok(Outcome::Read(ReadOutcome::Miss(MissReason::NotFound)));
                 }
                 if res[0] < 0 {
-                    return Err(Error::io(
-                        NAME,
+                    return Err(fail("statx", name, os(res[0])));
+                }
+                let kind = u32::from(slot.stx.stx_mode) & libc::S_IFMT;
+                if kind == libc::S_IFLNK {
+                    return Err(fail("statx", name, os(-libc::ELOOP)));
+                }
+                if kind != libc::S_IFREG {
+                    return Err(fail(
                         "statx",
-                        Some(slot.path.to_path()),
-                        os(res[0]),
+                        name,
+                        io::Error::new(io::ErrorKind::InvalidData, "not a regular file"),
                     ));
                 }
                 let size = slot.stx.stx_size;
@@ -660,20 +766,10 @@ impl Driver {
                     })));
                 }
                 if res[1] < 0 {
-                    return Err(Error::io(
-                        NAME,
-                        "open",
-                        Some(slot.path.to_path()),
-                        os(res[1]),
-                    ));
+                    return Err(fail("open", name, os(res[1])));
                 }
                 if res[2] < 0 {
-                    return Err(Error::io(
-                        NAME,
-                        "preadv",
-                        Some(slot.path.to_path()),
-                        os(res[2]),
-                    ));
+                    return Err(fail("preadv", name, os(res[2])));
                 }
                 if res[2] as u64 != expected {
                     return Ok(Outcome::Read(ReadOutcome::Miss(MissReason::SizeMismatch {
@@ -686,21 +782,17 @@ impl Driver {
             OpKind::Exists => {
                 let slot = &self.slots[slot_id];
                 match res[0] {
-                    0 => Ok(Outcome::Exists(
-                        u32::from(slot.stx.stx_mode) & libc::S_IFMT == libc::S_IFREG,
-                    )),
+                    0 => match u32::from(slot.stx.stx_mode) & libc::S_IFMT {
+                        libc::S_IFLNK => Err(fail("statx", slot.name.as_bytes(), os(-libc::ELOOP))),
+                        kind => Ok(Outcome::Exists(kind == libc::S_IFREG)),
+                    },
                     r if r == -libc::ENOENT || r == -libc::ENOTDIR => Ok(Outcome::Exists(false)),
-                    r => Err(Error::io(NAME, "statx", Some(slot.path.to_path()), os(r))),
+                    r => Err(fail("statx", slot.name.as_bytes(), os(r))),
                 }
             }
             OpKind::Remove => match res[0] {
                 r if r >= 0 || r == -libc::ENOENT => Ok(Outcome::Done),
-                r => Err(Error::io(
-                    NAME,
-                    "unlink",
-                    Some(self.slots[slot_id].path.to_path()),
-                    os(r),
-                )),
+                r => Err(fail("unlink", self.slots[slot_id].name.as_bytes(), os(r))),
             },
         }
     }
@@ -708,8 +800,12 @@ impl Driver {
 
 fn chain_len(plan: &Plan) -> u32 {
     match plan.kind {
-        OpKind::Write if plan.sync => 5,
-        OpKind::Write | OpKind::Read => 4,
+        OpKind::Write => match plan.sync {
+            SyncMode::None => 4,
+            SyncMode::Data => 5,
+            SyncMode::Full => 6,
+        },
+        OpKind::Read => 4,
         OpKind::Exists | OpKind::Remove => 1,
     }
 }

@@ -251,7 +251,7 @@ fn store_pages(dir: &Path, n: u64) -> (Vec<PathBuf>, String) {
         engine: hicache::posix::EngineChoice::Threads,
         threads: 1,
         queue_depth: 64,
-        sync: false,
+        sync: hicache::posix::SyncMode::None,
         spare_bytes: 1 << 30,
         file_mode: 0o600,
         dir_mode: 0o700,
@@ -407,6 +407,8 @@ fn scrub_survives_crafted_headers_and_huge_files_and_never_follows_links() {
         .expect("a bucket without our pages");
     let _ = std::fs::remove_dir(&bucket_link);
     std::os::unix::fs::symlink(outside.path(), &bucket_link).unwrap();
+    // A link beside the buckets (what a spare dir could be replaced by).
+    std::os::unix::fs::symlink(outside.path(), dir.path().join(".hicache-spare-link")).unwrap();
 
     let opts = ScrubOptions {
         dirs: vec![dir.path().to_path_buf()],
@@ -417,7 +419,7 @@ fn scrub_survives_crafted_headers_and_huge_files_and_never_follows_links() {
     let report = scrub(&opts).unwrap();
     assert_eq!(report.valid, 1, "{report:#?}");
     assert_eq!(report.count("corrupt"), 2, "{report:#?}");
-    assert_eq!(report.count("symlink"), 2, "{report:#?}");
+    assert_eq!(report.count("symlink"), 3, "{report:#?}");
     for f in &report.findings {
         assert_eq!(f.deleted, f.kind != "symlink", "{f:?}");
     }
@@ -522,4 +524,48 @@ fn doctor_warns_about_a_storage_dir_others_can_read() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let report = doctor(&config(&[dir.path()], &[]), &default_opts());
     assert_eq!(report.step("storage dirs").unwrap().status, Status::Pass);
+}
+
+#[test]
+fn doctor_fails_on_links_at_every_level_and_touches_nothing_outside() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _) = store_pages(dir.path(), 2);
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, b"not hicache's").unwrap();
+    // A page replaced by a link, a bucket replaced by a link, and a link inside the spare dirs.
+    std::fs::remove_file(&paths[0]).unwrap();
+    std::os::unix::fs::symlink(&victim, &paths[0]).unwrap();
+    let bucket = (0..=255u8)
+        .map(|b| dir.path().join(format!("{b:02x}")))
+        .find(|p| paths.iter().all(|page| page.parent() != Some(p.as_path())))
+        .unwrap();
+    let _ = std::fs::remove_dir(&bucket);
+    std::os::unix::fs::symlink(outside.path(), &bucket).unwrap();
+    let spare = dir.path().join(".hicache-spare");
+    std::fs::create_dir_all(&spare).unwrap();
+    std::os::unix::fs::symlink(outside.path(), spare.join("planted")).unwrap();
+
+    let report = doctor(&config(&[dir.path()], &[]), &default_opts());
+    assert!(!report.ok(), "{report:#?}");
+    let step = report.step("storage dirs").unwrap();
+    assert_eq!(step.status, Status::Fail, "{step:?}");
+    let listed = step
+        .details
+        .iter()
+        .find(|d| d.contains("symbolic link(s)"))
+        .unwrap_or_else(|| panic!("{step:?}"));
+    assert!(listed.contains("3 symbolic link(s)"), "{listed}");
+    for p in [&paths[0], &bucket, &spare.join("planted")] {
+        assert!(listed.contains(&p.display().to_string()), "{listed}");
+        assert!(
+            std::fs::symlink_metadata(p)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+    }
+    assert_eq!(std::fs::read(&victim).unwrap(), b"not hicache's");
+    let outside_entries: Vec<_> = std::fs::read_dir(outside.path()).unwrap().collect();
+    assert_eq!(outside_entries.len(), 1, "doctor wrote outside the root");
 }
