@@ -186,6 +186,7 @@ fn dirs_step(config: &Config, missing: &[PathBuf]) -> Step {
         }
         check_dir(&mut step, dir, config.use_direct_io.value);
         check_private(&mut step, dir);
+        check_contents(&mut step, dir);
     }
     step
 }
@@ -245,6 +246,73 @@ fn check_dir(step: &mut Step, dir: &Path, direct: bool) {
         Err(problem) => step.fail(problem.reason, problem.hint),
     }
 }
+
+/// Links planted under a root (the plugin refuses them) and the spare dirs of the processes
+/// sharing it.
+#[cfg(feature = "posix")]
+fn check_contents(step: &mut Step, dir: &Path) {
+    let Ok(found) = hicache_posix::inspect_root(dir) else {
+        return; // the probe above already reported why the dir cannot be used
+    };
+    if !found.links.is_empty() {
+        let shown: Vec<String> = found
+            .links
+            .iter()
+            .take(10)
+            .map(|p| p.display().to_string())
+            .collect();
+        step.fail(
+            format!(
+                "{}: {} symbolic link(s) under the storage dir, refused by the plugin (never followed): {}{}",
+                dir.display(),
+                found.links.len(),
+                shown.join(", "),
+                if found.links.len() > 10 { ", …" } else { "" }
+            ),
+            "remove them (`rm` on each path; it removes the link, not what it points to): only hicache's own dirs and files belong under a storage dir",
+        );
+    }
+    if !found.misplaced.is_empty() {
+        step.fail(
+            format!(
+                "{}: {} entr(ies) named like bucket dirs are not dirs: {}",
+                dir.display(),
+                found.misplaced.len(),
+                found
+                    .misplaced
+                    .iter()
+                    .take(10)
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            "move them away: hicache keeps pages in the dirs 00..ff",
+        );
+    }
+    step.details.push(format!(
+        "{}: spare dirs: {} of running processes, {} of processes that are gone (removed by the next writer to start), {} whose owner cannot be proven gone (kept)",
+        dir.display(),
+        found.live_spare_dirs.len(),
+        found.dead_spare_dirs.len(),
+        found.unknown_spare_dirs.len()
+    ));
+    if !found.unknown_spare_dirs.is_empty() {
+        step.warn(
+            format!(
+                "{}: spare dirs without a testable lock: {}",
+                dir.display(),
+                found.unknown_spare_dirs.join(", ")
+            ),
+            format!(
+                "they come from an older hicache or another tool; remove them from {}/.hicache-spare once no such process runs",
+                dir.display()
+            ),
+        );
+    }
+}
+
+#[cfg(not(feature = "posix"))]
+fn check_contents(_step: &mut Step, _dir: &Path) {}
 
 #[cfg(not(feature = "posix"))]
 fn check_dir(step: &mut Step, dir: &Path, _direct: bool) {

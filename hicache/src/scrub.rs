@@ -6,9 +6,14 @@
 //! and never followed, and `--delete` removes only what was proven torn, corrupt, foreign or
 //! stale — a file that cannot be read is reported as unreadable and kept.
 
+use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{Mode, fstatat};
 use std::time::{Duration, SystemTime};
 
 use hicache_core::envelope::{self, HEADER_FIELDS_LEN, Header};
@@ -90,58 +95,112 @@ pub fn parse_namespace(value: &str) -> Result<String> {
 }
 
 /// Scrubs every bucket dir (`00`..`ff`) of every storage dir.
+///
+/// Everything under a storage dir is reached from an open handle of its parent dir, by one
+/// name, without following links (`openat` with `O_NOFOLLOW`, `fstatat` with
+/// `AT_SYMLINK_NOFOLLOW`, `unlinkat`): a link swapped in while scrub runs cannot take it, or
+/// `--delete`, outside the dir.
 pub fn scrub(opts: &ScrubOptions) -> Result<ScrubReport> {
     let mut opts = opts.clone();
     opts.namespace = opts.namespace.as_deref().map(parse_namespace).transpose()?;
     let opts = &opts;
     let mut report = ScrubReport::default();
     for dir in &opts.dirs {
-        let entries = std::fs::read_dir(dir)
-            .map_err(|e| Error::io("scrub", "read dir", Some(dir.clone()), e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io("scrub", "read dir", Some(dir.clone()), e))?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            let is_bucket = name.len() == 2
-                && name
+        let io_err = |op, e: nix::Error| Error::io("scrub", op, Some(dir.clone()), e.into());
+        // The configured dir itself may be a link; nothing beneath it is followed.
+        let root = nix::fcntl::open(
+            dir.as_path(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err("open", e))?;
+        for name in names(&root).map_err(|e| io_err("read dir", e))? {
+            let shown = name.to_string_lossy().into_owned();
+            let path = dir.join(&shown);
+            let Ok(st) = fstatat(&root, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else {
+                continue; // gone since the listing
+            };
+            let is_bucket = shown.len() == 2
+                && shown
                     .bytes()
                     .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
-            let ft = entry
-                .file_type()
-                .map_err(|e| Error::io("scrub", "stat", Some(entry.path()), e))?;
-            if is_bucket && ft.is_symlink() {
+            if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
                 report.findings.push(Finding {
-                    path: entry.path(),
+                    path,
                     kind: "symlink",
-                    reason: "a bucket that is a symbolic link; scrub does not follow it".into(),
+                    reason: "a symbolic link under the storage dir; scrub does not follow it"
+                        .into(),
                     deleted: false,
                 });
                 continue;
             }
-            if !is_bucket || !ft.is_dir() {
+            if !is_bucket || st.st_mode & libc::S_IFMT != libc::S_IFDIR {
                 continue;
             }
-            scrub_bucket(&entry.path(), &name, opts, &mut report)?;
+            let bucket = match open_beneath(&root, &name, OFlag::O_DIRECTORY) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    report.findings.push(Finding {
+                        path,
+                        kind: "unreadable",
+                        reason: format!("cannot open the bucket dir: {e}"),
+                        deleted: false,
+                    });
+                    continue;
+                }
+            };
+            scrub_bucket(&bucket, &path, &shown, opts, &mut report)?;
         }
     }
     Ok(report)
 }
 
+/// Names in an open dir, without `.` and `..`.
+fn names(dir: &OwnedFd) -> nix::Result<Vec<CString>> {
+    let mut d = nix::dir::Dir::from_fd(dir.try_clone().map_err(|_| nix::Error::EMFILE)?)?;
+    let mut out = Vec::new();
+    for entry in d.iter() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_bytes() != b"." && name.to_bytes() != b".." {
+            out.push(name.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// Opens `name` in `dir` read-only, never through a link, never blocking on a FIFO.
+fn open_beneath(dir: &OwnedFd, name: &CStr, extra: OFlag) -> std::io::Result<OwnedFd> {
+    nix::fcntl::openat(
+        dir,
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | extra,
+        Mode::empty(),
+    )
+    .map_err(Into::into)
+}
+
 fn scrub_bucket(
+    bucket_fd: &OwnedFd,
     bucket_dir: &Path,
     bucket: &str,
     opts: &ScrubOptions,
     report: &mut ScrubReport,
 ) -> Result<()> {
-    let entries = std::fs::read_dir(bucket_dir)
-        .map_err(|e| Error::io("scrub", "read dir", Some(bucket_dir.to_path_buf()), e))?;
-    for entry in entries {
-        let entry =
-            entry.map_err(|e| Error::io("scrub", "read dir", Some(bucket_dir.to_path_buf()), e))?;
-        let path = entry.path();
-        let meta = match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.is_file() => m,
-            Ok(m) if m.file_type().is_symlink() => {
+    let entries = names(bucket_fd).map_err(|e| {
+        Error::io(
+            "scrub",
+            "read dir",
+            Some(bucket_dir.to_path_buf()),
+            e.into(),
+        )
+    })?;
+    for cname in entries {
+        let name = cname.to_string_lossy().into_owned();
+        let path = bucket_dir.join(&name);
+        let st = match fstatat(bucket_fd, cname.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => st,
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
                 report.findings.push(Finding {
                     path,
                     kind: "symlink",
@@ -153,12 +212,11 @@ fn scrub_bucket(
             _ => continue,
         };
         report.files += 1;
-        let name = entry.file_name().to_string_lossy().into_owned();
         let finding = if name.starts_with('.') {
-            let age = meta
-                .modified()
-                .ok()
-                .and_then(|m| SystemTime::now().duration_since(m).ok())
+            let modified = SystemTime::UNIX_EPOCH
+                + Duration::from_secs(u64::try_from(st.st_mtime).unwrap_or(0));
+            let age = SystemTime::now()
+                .duration_since(modified)
                 .unwrap_or_default();
             if age < opts.temp_age {
                 continue; // a write may be in progress
@@ -171,11 +229,18 @@ fn scrub_bucket(
                 ),
             ))
         } else {
-            check_object(&path, &name, bucket, opts, report)
+            let file = open_beneath(bucket_fd, &cname, OFlag::empty()).map(File::from);
+            check_object(file, &name, bucket, opts, report)
         };
         if let Some((kind, reason)) = finding {
-            let deleted =
-                opts.delete && DELETABLE.contains(&kind) && std::fs::remove_file(&path).is_ok();
+            let deleted = opts.delete
+                && DELETABLE.contains(&kind)
+                && nix::unistd::unlinkat(
+                    bucket_fd,
+                    cname.as_c_str(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                )
+                .is_ok();
             report.findings.push(Finding {
                 path,
                 kind,
@@ -188,7 +253,7 @@ fn scrub_bucket(
 }
 
 fn check_object(
-    path: &Path,
+    file: std::io::Result<File>,
     name: &str,
     bucket: &str,
     opts: &ScrubOptions,
@@ -196,12 +261,8 @@ fn check_object(
 ) -> Option<(&'static str, String)> {
     let unreadable =
         |what: &str, e: std::io::Error| Some(("unreadable", format!("cannot {what}: {e}")));
-    // O_NOFOLLOW: a file swapped for a link since the walk saw it is not followed.
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
+    // Opened with O_NOFOLLOW: a file swapped for a link since the walk saw it fails here.
+    let file = match file {
         Ok(f) => f,
         Err(e) => return unreadable("open", e),
     };
@@ -300,7 +361,8 @@ mod tests {
         };
         let mut report = ScrubReport::default();
         // Gone between the walk and the open (or refused: EACCES, ELOOP, EIO alike).
-        let finding = check_object(&dir.path().join("gone"), "gone", "00", &opts, &mut report);
+        let gone = File::open(dir.path().join("gone"));
+        let finding = check_object(gone, "gone", "00", &opts, &mut report);
         let (kind, reason) = finding.expect("a finding");
         assert_eq!(kind, "unreadable", "{reason}");
         assert!(!DELETABLE.contains(&kind));
