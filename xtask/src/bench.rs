@@ -322,14 +322,19 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
         }
         let _ = std::fs::remove_dir_all(&fs.dir);
     }
+    let ext4 = &filesystems()[0];
+    let durability = sync_cases(&hicache, &ext4.dir, sizes, total, o.repeats)?;
+    let _ = std::fs::remove_dir_all(&ext4.dir);
     if !o.tiny {
         match obj_case(&hicache, o.repeats) {
             Ok(case) => cases.push(case),
             Err(e) => println!("bench: OBJ case skipped: {e}"),
         }
     }
-    let report = json!({ "repeats": o.repeats, "quick": o.quick, "cases": cases });
+    let report =
+        json!({ "repeats": o.repeats, "quick": o.quick, "cases": cases, "durability": durability });
     let mut table = markdown(&report);
+    table.push_str(&durability_markdown(&report));
     if o.tiny {
         table.push_str("\n(--tiny: a debug build on a few pages, to keep the benchmark working; these are not performance figures)\n");
     }
@@ -348,10 +353,102 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
             path.with_extension("md").display()
         );
     }
-    if cases.iter().any(|c| c["verified"] != json!(true)) {
+    let all = cases
+        .iter()
+        .chain(durability.as_array().into_iter().flatten());
+    if all.clone().any(|c| c["verified"] != json!(true)) {
         return Err("a hicache run did not verify its data".into());
     }
     Ok(())
+}
+
+/// The POSIX plugin's `sync = none | data | full` on ext4, interleaved per repeat: what each
+/// durability level costs in write throughput (reads do not flush; they verify the data).
+fn sync_cases(
+    hicache: &Path,
+    dir: &Path,
+    sizes: &[(&str, u64)],
+    total: u64,
+    repeats: usize,
+) -> Result<Value, String> {
+    const MODES: [&str; 3] = ["none", "data", "full"];
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let configs: Vec<PathBuf> = MODES
+        .iter()
+        .map(|m| {
+            let path = root().join("target").join(format!("bench-sync-{m}.toml"));
+            std::fs::write(
+                &path,
+                format!("[plugin.posix]\nactive = true\nsync = \"{m}\"\n"),
+            )
+            .map(|()| path)
+            .map_err(|e| e.to_string())
+        })
+        .collect::<Result<_, _>>()?;
+    let mut cases = Vec::new();
+    for (size_name, page_bytes) in sizes {
+        let pages = (total / page_bytes).max(16);
+        let name = format!("ext4/{size_name}");
+        println!("bench: sync none|data|full on {name}: {pages} pages, {repeats} repeat(s)");
+        let mut samples: [Vec<f64>; 3] = Default::default();
+        let mut verified = true;
+        for _ in 0..repeats {
+            for (k, config) in configs.iter().enumerate() {
+                let mut c = Command::new(hicache);
+                c.args(["bench", "--config"]).arg(config);
+                c.args(["--model", "custom", "--page-bytes", &page_bytes.to_string()]);
+                c.args([
+                    "--pages",
+                    &pages.to_string(),
+                    "--batch",
+                    "32",
+                    "--threads",
+                    "2",
+                ]);
+                c.args(["--rounds", &ROUNDS.to_string(), "--ops", "write,read"]);
+                c.arg("--dir").arg(dir.join("sync")).arg("--json");
+                let r =
+                    run_json(&mut c).map_err(|e| format!("{name}: sync = {}: {e}", MODES[k]))?;
+                verified &= r["verified"].as_bool().unwrap_or(false);
+                samples[k].extend(rounds(&r, "write_rounds"));
+            }
+        }
+        let m: Vec<f64> = samples.iter().map(|s| median(s.clone())).collect();
+        cases.push(json!({
+            "name": name,
+            "page_bytes": page_bytes,
+            "pages": pages,
+            "verified": verified,
+            "write_gbps": { "none": m[0], "data": m[1], "full": m[2] },
+            "ratio_vs_none": { "data": m[1] / m[0], "full": m[2] / m[0] },
+            "samples": { "none": samples[0], "data": samples[1], "full": samples[2] },
+        }));
+    }
+    Ok(Value::Array(cases))
+}
+
+fn durability_markdown(report: &Value) -> String {
+    let f = |v: &Value| {
+        v.as_f64()
+            .map(|x| format!("{x:.2}"))
+            .unwrap_or_else(|| "–".into())
+    };
+    let mut s = String::from(
+        "\n| POSIX write, GB/s | sync = none | data | full | data vs none | full vs none |\n|---|---|---|---|---|---|\n",
+    );
+    for c in report["durability"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            c["name"].as_str().unwrap_or(""),
+            f(&c["write_gbps"]["none"]),
+            f(&c["write_gbps"]["data"]),
+            f(&c["write_gbps"]["full"]),
+            f(&c["ratio_vs_none"]["data"]),
+            f(&c["ratio_vs_none"]["full"]),
+        ));
+    }
+    s.push_str("\nDurability cost: hicache bench (2 calls of 32 pages in flight) with `[plugin.posix] sync` set to each level in turn, interleaved per repeat; medians over all write rounds.\n");
+    s
 }
 
 /// A moto S3 server on a free loopback port, killed on drop.
