@@ -1028,8 +1028,7 @@ impl PoolState {
         object: &ObjectKey,
         sum: u64,
     ) -> Result<()> {
-        let mut fields = [0u8; HEADER_FIELDS_LEN];
-        self.expected_header(object, sum).encode(&mut fields);
+        let fields = self.expected_header(object, sum).encode();
         chunk
             .memory
             .target(slot_off, HEADER_FIELDS_LEN as u64, "connector header slot")?

@@ -85,21 +85,22 @@ pub struct Header {
 }
 
 impl Header {
-    /// Writes the header fields into `out` (at least [`HEADER_FIELDS_LEN`] bytes; the rest of
-    /// `out` is zeroed).
-    pub fn encode(&self, out: &mut [u8]) {
-        assert!(out.len() >= HEADER_FIELDS_LEN, "header buffer too small");
-        out.fill(0);
+    /// The header's [`HEADER_FIELDS_LEN`] bytes, self-checksummed. `header_len` is stored in 32
+    /// bits: lengths above `u32::MAX` are stored as `u32::MAX` (no writer makes such a header).
+    pub fn encode(&self) -> [u8; HEADER_FIELDS_LEN] {
+        let mut out = [0u8; HEADER_FIELDS_LEN];
         out[0..8].copy_from_slice(&MAGIC);
         out[8..10].copy_from_slice(&VERSION.to_le_bytes());
         out[10..12].copy_from_slice(&self.flags.to_le_bytes());
-        out[12..16].copy_from_slice(&(self.header_len as u32).to_le_bytes());
+        let header_len = u32::try_from(self.header_len).unwrap_or(u32::MAX);
+        out[12..16].copy_from_slice(&header_len.to_le_bytes());
         out[16..32].copy_from_slice(self.namespace.as_bytes());
         out[32..40].copy_from_slice(&self.key_hash.to_le_bytes());
         out[40..48].copy_from_slice(&self.payload_len.to_le_bytes());
         out[48..56].copy_from_slice(&self.checksum.to_le_bytes());
         let hc = XxHash3_64::oneshot(&out[0..56]);
         out[56..64].copy_from_slice(&hc.to_le_bytes());
+        out
     }
 
     /// Parses and self-checks a header (magic, version, header checksum).
@@ -249,7 +250,7 @@ mod tests {
                 ..header()
             };
             let mut buf = vec![0; 4096];
-            h.encode(&mut buf);
+            buf[..HEADER_FIELDS_LEN].copy_from_slice(&h.encode());
             let err = Header::decode(&buf).unwrap_err();
             assert!(matches!(err, MissReason::BadHeader { .. }), "{err:?}");
         }
@@ -259,8 +260,8 @@ mod tests {
     fn round_trip() {
         let h = header();
         let mut buf = vec![0xaa; 4096];
-        h.encode(&mut buf);
-        assert!(buf[64..].iter().all(|b| *b == 0));
+        buf[..HEADER_FIELDS_LEN].copy_from_slice(&h.encode());
+        assert!(buf[64..].iter().all(|b| *b == 0xaa));
         let back = Header::decode(&buf).unwrap();
         assert_eq!(back, h);
         back.check_identity(&h).unwrap();
@@ -270,7 +271,7 @@ mod tests {
     fn every_single_bit_flip_in_fields_is_detected() {
         let h = header();
         let mut buf = vec![0; 4096];
-        h.encode(&mut buf);
+        buf[..HEADER_FIELDS_LEN].copy_from_slice(&h.encode());
         for byte in 0..HEADER_FIELDS_LEN {
             for bit in 0..8 {
                 let mut b = buf.clone();

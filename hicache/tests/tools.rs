@@ -381,13 +381,13 @@ fn scrub_survives_crafted_headers_and_huge_files_and_never_follows_links() {
     let mut b = std::fs::read(&paths[0]).unwrap();
     let mut h = Header::decode(&b[..HEADER_FIELDS_LEN]).unwrap();
     h.payload_len = u64::MAX - 10;
-    h.encode(&mut b[..HEADER_FIELDS_LEN]);
+    b[..HEADER_FIELDS_LEN].copy_from_slice(&h.encode());
     std::fs::write(&paths[0], &b).unwrap();
     // 1: a sparse 1 GiB object whose header promises all of it: streamed, not loaded.
     let mut b = std::fs::read(&paths[1]).unwrap();
     let mut h = Header::decode(&b[..HEADER_FIELDS_LEN]).unwrap();
     h.payload_len = (1 << 30) - h.header_len;
-    h.encode(&mut b[..HEADER_FIELDS_LEN]);
+    b[..HEADER_FIELDS_LEN].copy_from_slice(&h.encode());
     std::fs::write(&paths[1], &b).unwrap();
     std::fs::OpenOptions::new()
         .write(true)
