@@ -3,6 +3,7 @@
 //! Usage: `cargo xtask <command>`; `cargo xtask help` lists them.
 
 mod bench;
+mod crash;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -13,6 +14,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("bench") => bench::bench(&args[1..]),
+        Some("crash") => crash::crash(&args[1..]),
         Some("s3-servers") => s3_servers().map(drop),
         Some("sanitize") => sanitize(),
         Some("fmt") => fmt(),
@@ -37,6 +39,8 @@ fn print_help() {
          ci     format check, clippy (-D warnings), every test, a tiny benchmark: what CI runs\n\
          bench  hicache vs the raw O_DIRECT loop and NIXL's POSIX plugin, interleaved\n\
          \x20      [--quick] [--tiny] [--repeats N] [--json FILE] (also writes FILE.md)\n\
+         crash  SIGKILL a writing process 200 times on ext4, read-verify after each kill, then\n\
+         \x20      scrub [--kills N] [--json FILE] (default target/crash.json)\n\
          s3-servers  install the S3 test servers (moto in target/s3-venv, s3s-fs in target/s3s)\n\
          sanitize    Miri on core's memory, pool, envelope, key and routing tests; POSIX engine\n\
          \x20           tests under AddressSanitizer (installs nightly's miri and rust-src)\n\
