@@ -150,7 +150,7 @@ fn crash_writer() {
     println!("crash-writer-ready");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let streams = (0..2u64).map(|stream| {
+        let mut streams = (0..2u64).map(|stream| {
             let (cache, pool) = (cache.clone(), pool.clone());
             tokio::spawn(async move {
                 let mut state = splitmix(seed ^ stream);
@@ -160,7 +160,7 @@ fn crash_writer() {
                     // Each stream owns half of the keys, so two writes of a key never race.
                     let first = stream * (KEYS / 2) + state % (KEYS / 2 - BATCH);
                     let keys: Vec<PageKey> = (first..first + BATCH).map(key).collect();
-                    if state % 8 == 0 {
+                    if state.is_multiple_of(8) {
                         let _ = cache.batch_remove(&keys).await;
                         continue;
                     }
@@ -173,9 +173,9 @@ fn crash_writer() {
                 }
             })
         });
-        for s in streams.collect::<Vec<_>>() {
-            s.await.unwrap();
-        }
+        // The streams write until the parent kills this process; a panic in either ends it.
+        let (first, second) = (streams.next().unwrap(), streams.next().unwrap());
+        tokio::try_join!(first, second).unwrap();
     });
 }
 
@@ -307,7 +307,11 @@ fn sigkill_while_writing_never_serves_a_wrong_page() {
     for n in 0..kills {
         rng = splitmix(rng);
         let variant = (n % 2) as usize;
-        let engine = if (n / 2) % 2 == 0 { "threads" } else { "uring" };
+        let engine = if (n / 2).is_multiple_of(2) {
+            "threads"
+        } else {
+            "uring"
+        };
         let mut child = spawn_writer(&roots[variant], variant, engine, rng);
         if n % 10 == 9 {
             // While it starts: opening the root, creating its spare dir, probing.
@@ -319,7 +323,11 @@ fn sigkill_while_writing_never_serves_a_wrong_page() {
         }
         sigkill(&mut child);
         figures.kills += 1;
-        let reader_engine = if rng % 2 == 0 { "threads" } else { "uring" };
+        let reader_engine = if rng.is_multiple_of(2) {
+            "threads"
+        } else {
+            "uring"
+        };
         problems.extend(verify(
             &roots[variant],
             VARIANTS[variant],
