@@ -62,9 +62,14 @@ pub fn header_len(align: u64) -> u64 {
     align_up(MIN_HEADER_LEN, align.max(1))
 }
 
-/// Bytes an enveloped object of `payload_len` occupies under alignment `align`.
-pub fn object_len(payload_len: u64, align: u64) -> u64 {
-    header_len(align) + align_up(payload_len, align.max(1))
+/// Bytes an enveloped object of `payload_len` occupies under alignment `align`; `None` when
+/// that does not fit in a `u64`.
+pub fn object_len(payload_len: u64, align: u64) -> Option<u64> {
+    let align = align.max(1);
+    let payload = payload_len.checked_next_multiple_of(align)?;
+    MIN_HEADER_LEN
+        .checked_next_multiple_of(align)?
+        .checked_add(payload)
 }
 
 /// The decoded fields of a header.
@@ -341,8 +346,10 @@ mod tests {
         assert_eq!(header_len(512), 4096);
         assert_eq!(header_len(1), 4096);
         assert_eq!(header_len(8192), 8192);
-        assert_eq!(object_len(100, 4096), 8192);
-        assert_eq!(object_len(100, 1), 4196);
+        assert_eq!(object_len(100, 4096), Some(8192));
+        assert_eq!(object_len(100, 1), Some(4196));
+        assert_eq!(object_len(u64::MAX - 10, 4096), None);
+        assert_eq!(object_len(100, u64::MAX), None);
         assert_eq!(checksum([&b"ab"[..], &b"c"[..]]), checksum([&b"abc"[..]]));
     }
 }

@@ -695,6 +695,9 @@ pub fn check_aligned(backend: &str, what: &str, addr: u64, len: u64, align: u64)
 }
 
 /// Rounds `n` up to a multiple of `align` (a power of two or any positive number).
+///
+/// For lengths and offsets of memory and files: the result must fit in a `u64` (it overflows
+/// otherwise). Values read from disk go through checked arithmetic instead.
 pub const fn align_up(n: u64, align: u64) -> u64 {
     if align <= 1 {
         n

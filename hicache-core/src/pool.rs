@@ -307,7 +307,16 @@ impl PoolGeometry {
         .iter()
         .try_fold(1u64, |acc, x| acc.checked_mul(*x));
         if total.is_none_or(|t| t > isize::MAX as u64) {
-            return invalid("pool size overflows the address space".into());
+            return invalid(format!(
+                "pool size ({} buffers x {} layers x page_tokens {} x {} pages x {} elements x {} \
+                 bytes) overflows the address space",
+                self.attention.buffers(),
+                self.layers,
+                self.page_tokens,
+                self.pages,
+                self.attention.token_elems(),
+                self.dtype.bytes()
+            ));
         }
         Ok(())
     }
