@@ -286,7 +286,8 @@ where
     let done = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..streams.max(1) {
+    // More streams than calls would only idle (and a hostile count would exhaust memory).
+    for _ in 0..streams.clamp(1, calls.max(1)) {
         let (op, next, done) = (op.clone(), next.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
@@ -375,7 +376,10 @@ impl FirstErrors {
 /// new pages and first removes the previous round's, untimed.
 pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport> {
     let pages = opts.pages.max(1);
-    let geometry = opts.geometry.with_pages(2 * pages)?;
+    let pool_pages = pages.checked_mul(2).ok_or_else(|| Error::InvalidPool {
+        reason: format!("{pages} pages (twice over, for the read-back region) overflow 64 bits"),
+    })?;
+    let geometry = opts.geometry.with_pages(pool_pages)?;
     let pool = Arc::new(MmapPool::new(geometry)?);
     let report = cache.register_pool(pool.clone())?;
     let page_bytes = geometry.page_bytes();
@@ -535,6 +539,15 @@ pub fn raw_baseline(
 ) -> Result<BenchReport> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
+    let pages = pages.max(1);
+    let buf_bytes = pages
+        .checked_mul(page_bytes)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| Error::InvalidPool {
+            reason: format!("{pages} pages of {page_bytes} bytes overflow the address space"),
+        })?;
+    // One thread per page at most: more would only idle.
+    let qd = qd.clamp(1, usize::try_from(pages).unwrap_or(usize::MAX));
     let dir: PathBuf = dir.join(format!("raw-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)
@@ -551,8 +564,8 @@ pub fn raw_baseline(
                 .map_err(|e| Error::io("RAW", "open", Some(p), e))
         })
         .collect::<Result<_>>()?;
-    let mut src = hicache_core::AlignedBuf::zeroed((pages * page_bytes) as usize, 4096)?;
-    let mut dst = hicache_core::AlignedBuf::zeroed((pages * page_bytes) as usize, 4096)?;
+    let mut src = hicache_core::AlignedBuf::zeroed(buf_bytes, 4096)?;
+    let mut dst = hicache_core::AlignedBuf::zeroed(buf_bytes, 4096)?;
     for p in 0..pages {
         src.copy_from((p * page_bytes) as usize, &page_pattern(page_bytes, p))?;
     }
@@ -563,7 +576,7 @@ pub fn raw_baseline(
         let next = AtomicUsize::new(0);
         let started = Instant::now();
         let errors = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..qd.max(1))
+            let handles: Vec<_> = (0..qd)
                 .map(|_| {
                     s.spawn(|| {
                         let mut errors = 0u64;

@@ -319,6 +319,7 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
     let pages = args
         .pages
         .unwrap_or_else(|| ((256u64 << 20) / one.page_bytes()).clamp(16, 4096));
+    bench_fits_in_memory(pages, one.page_bytes())?;
     let ops: Vec<&str> = args.ops.split(',').map(str::trim).collect();
     for op in &ops {
         if !["write", "read", "exists"].contains(op) {
@@ -446,12 +447,59 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
     })
 }
 
+/// Every bench keeps two copies of its pages in memory (written and read back); refuse a
+/// `--pages` that cannot fit rather than fail deep inside mmap or swap the machine to a halt.
+fn bench_fits_in_memory(pages: u64, page_bytes: u64) -> hicache::Result<()> {
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let need = pages.checked_mul(page_bytes).and_then(|b| b.checked_mul(2));
+    let available = hicache::doctor::available_memory();
+    match (need, available) {
+        (Some(need), Some(avail)) if need <= avail => Ok(()),
+        (Some(_), None) => Ok(()),
+        (need, avail) => Err(hicache::Error::invalid_config(
+            "--pages",
+            "the command line",
+            format!(
+                "{pages} pages of {page_bytes} bytes need {} of memory (written and read back) \
+                 but {} is available; lower --pages",
+                need.map_or("more than 2^64 bytes".into(), |n| format!(
+                    "{:.1} GiB",
+                    gib(n)
+                )),
+                avail.map_or("an unknown amount".into(), |a| format!("{:.1} GiB", gib(a))),
+            ),
+        )),
+    }
+}
+
+/// A size or ratio flag: a finite number above zero whose bytes fit in 64 bits.
+fn gib_amount(flag: &str, value: f64) -> hicache::Result<()> {
+    let max = (u64::MAX >> 30) as f64;
+    if value.is_finite() && value > 0.0 && value < max {
+        return Ok(());
+    }
+    Err(hicache::Error::invalid_config(
+        flag,
+        "the command line",
+        format!("{value:e} is not a number above 0 and below {max:e}"),
+    ))
+}
+
 fn doctor(
     config: &hicache::Config,
     args: &DoctorArgs,
     json: &JsonOut,
 ) -> hicache::Result<ExitCode> {
     let geometry = args.shape.geometry(4)?;
+    for (flag, value) in [
+        ("--ratio", Some(args.ratio)),
+        ("--device-kv-gib", Some(args.device_kv_gib)),
+        ("--host-gib", args.host_gib),
+    ] {
+        if let Some(v) = value {
+            gib_amount(flag, v)?;
+        }
+    }
     let gib = (1u64 << 30) as f64;
     let (host_pool_bytes, host_pool_origin) = match args.host_gib {
         Some(g) => ((g * gib) as u64, format!("--host-gib {g}")),

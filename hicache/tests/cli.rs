@@ -192,6 +192,32 @@ fn inapplicable_flags_and_bad_numbers_are_errors() {
             "page-bytes",
         ),
         (&["doctor", "--page-bytes", "65536"][..], "--page-bytes"),
+        // Sizes that overflow, or that no machine has.
+        (&["bench", "--pages", "18446744073709551615"][..], "--pages"),
+        (&["bench", "--pages", "100000000000"][..], "--pages"),
+        (
+            &["bench", "--page-tokens", "18446744073709551615"][..],
+            "page_tokens",
+        ),
+        (
+            &[
+                "bench",
+                "--model",
+                "custom",
+                "--page-bytes",
+                "18446744073709551615",
+            ][..],
+            "page-bytes",
+        ),
+        (&["scrub", "--temp-age-s=-1"][..], "--temp-age-s"),
+        // Ratios and sizes that are not finite numbers above zero.
+        (&["doctor", "--ratio", "nan"][..], "--ratio"),
+        (&["doctor", "--ratio", "inf"][..], "--ratio"),
+        (&["doctor", "--ratio", "0"][..], "--ratio"),
+        (&["doctor", "--ratio=-1"][..], "--ratio"),
+        (&["doctor", "--device-kv-gib", "0"][..], "--device-kv-gib"),
+        (&["doctor", "--host-gib", "1e300"][..], "--host-gib"),
+        (&["doctor", "--host-gib=-inf"][..], "--host-gib"),
     ] {
         let out = hicache()
             .args(args)
@@ -205,6 +231,29 @@ fn inapplicable_flags_and_bad_numbers_are_errors() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
     assert_eq!(std::fs::read_dir(storage.path()).unwrap().count(), 0);
+}
+
+/// Counts far above what a run can use are clamped (streams to calls, threads to pages),
+/// not obeyed to the point of exhausting threads or memory.
+#[test]
+fn huge_concurrency_is_clamped() {
+    let storage = tempfile::tempdir().unwrap();
+    for args in [
+        &["bench", "--threads", "18446744073709551615"][..],
+        &["bench", "--batch", "18446744073709551615"][..],
+        &["bench", "--baseline", "raw", "--threads", "1000000"][..],
+    ] {
+        let out = hicache()
+            .args(args)
+            .args(["--pages", "4", "--rounds", "1", "--model", "custom"])
+            .args(["--page-bytes", "65536", "--dir"])
+            .arg(storage.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
 }
 
 /// Listing commands create nothing: a storage dir that does not exist yet is judged by
