@@ -4,6 +4,7 @@
 
 mod bench;
 mod crash;
+mod fuzz;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -15,6 +16,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("bench") => bench::bench(&args[1..]),
         Some("crash") => crash::crash(&args[1..]),
+        Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("s3-servers") => s3_servers().map(drop),
         Some("sanitize") => sanitize(),
         Some("fmt") => fmt(),
@@ -41,6 +43,8 @@ fn print_help() {
          \x20      [--quick] [--tiny] [--repeats N] [--json FILE] (also writes FILE.md)\n\
          crash  SIGKILL a writing process 200 times on ext4, read-verify after each kill, then\n\
          \x20      scrub [--kills N] [--json FILE] (default target/crash.json)\n\
+         fuzz   libFuzzer targets (config, envelope, scrub, keys) built with nightly, from\n\
+         \x20      the corpus in fuzz/corpus [--seconds N (default 60)] [--target NAME] [--json FILE]\n\
          s3-servers  install the S3 test servers (moto in target/s3-venv, s3s-fs in target/s3s)\n\
          sanitize    Miri on core's memory, pool, envelope, key and routing tests; POSIX engine\n\
          \x20           tests under AddressSanitizer (installs nightly's miri and rust-src)\n\
@@ -188,6 +192,10 @@ fn ci() -> Result<(), String> {
         started_bench.elapsed().as_secs_f64()
     );
 
+    // The fuzz targets must build and survive a short run from the kept corpus; longer
+    // runs are `cargo xtask fuzz`.
+    fuzz::fuzz(&["--seconds".to_string(), FUZZ_SECONDS_IN_CI.to_string()])?;
+
     println!(
         "ci: all steps passed in {:.1}s",
         started.elapsed().as_secs_f64()
@@ -199,13 +207,16 @@ fn ci() -> Result<(), String> {
     Ok(())
 }
 
+/// Seconds per fuzz target in `cargo xtask ci`.
+const FUZZ_SECONDS_IN_CI: u64 = 30;
+
 /// The tests Miri runs: core's unsafe code (pins, aligned buffers, pool copies, envelope)
 /// and what it rests on, without syscalls Miri cannot emulate.
 const MIRI_FILTERS: &[&str] = &["memory::", "envelope::", "pool::", "key::", "routing::"];
 
 /// Nightly cargo through rustup (`$CARGO` is the stable binary itself, which ignores
 /// `+nightly`).
-fn nightly_cargo() -> Command {
+pub(crate) fn nightly_cargo() -> Command {
     let mut cmd = Command::new("rustup");
     cmd.args(["run", "nightly", "cargo"]).current_dir(root());
     // The stable toolchain's variables would leak into the nightly build.
