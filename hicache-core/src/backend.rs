@@ -206,6 +206,7 @@ pub struct Usage {
 ///
 /// # Behavior
 /// - Batches return **one result per item**, in order; one failing item never fails others.
+///   The connector treats any other count as a plugin bug and fails every item of the batch.
 /// - `write` publishes each object atomically when [`Capability::atomic_publish`] is set:
 ///   a reader sees the old object, the new one, or none — never a mix. Writing an existing
 ///   key replaces it.

@@ -9,7 +9,8 @@ use std::sync::{Arc, RwLock};
 use serde::Serialize;
 
 use crate::backend::{
-    BackendInfo, Capability, DynBackend, MissReason, ReadItem, ReadOutcome, WriteItem,
+    BackendInfo, Capability, DynBackend, MissReason, ReadItem, ReadOutcome, StorageBackend,
+    WriteItem,
 };
 use crate::config::Config;
 use crate::envelope::{self, FLAG_ANCHOR, HEADER_FIELDS_LEN, Header, PageFormat};
@@ -632,7 +633,12 @@ impl HiCache {
                 segments: plan.segments_of(j),
             })
             .collect();
-        let outcomes = st.backend.write(&items).await;
+        let outcomes = one_per_item(
+            st.backend.as_ref(),
+            "write",
+            items.len(),
+            st.backend.write(&items).await,
+        );
         for (&j, outcome) in live.iter().zip(outcomes) {
             let page = plan.owners[j].0;
             if let Err(e) = outcome
@@ -727,7 +733,12 @@ impl HiCache {
                 segments: plan.segments_of(j),
             })
             .collect();
-        let outcomes = st.backend.read(&items).await;
+        let outcomes = one_per_item(
+            st.backend.as_ref(),
+            "read",
+            items.len(),
+            st.backend.read(&items).await,
+        );
         for (&j, outcome) in live.iter().zip(outcomes) {
             let (i, p) = owners[j];
             if !matches!(page_results[i], Ok(ReadOutcome::Hit)) {
@@ -812,7 +823,12 @@ impl HiCache {
                     }
                 }
             }
-            let found = self.backend.exists(&objects).await;
+            let found = one_per_item(
+                self.backend.as_ref(),
+                "exists",
+                objects.len(),
+                self.backend.exists(&objects).await,
+            );
             for page in found.chunks(nparts) {
                 let mut all = true;
                 for r in page {
@@ -853,7 +869,13 @@ impl HiCache {
                 }
             }
             if res.is_ok() {
-                for r in self.backend.remove(&objects).await {
+                let removed = one_per_item(
+                    self.backend.as_ref(),
+                    "remove",
+                    objects.len(),
+                    self.backend.remove(&objects).await,
+                );
+                for r in removed {
                     if let Err(e) = r {
                         res = Err(e);
                     }
@@ -1144,6 +1166,32 @@ async fn lease(staging: &Option<StagingPool>) -> Result<Option<crate::staging::L
         Some(s) => s.lease().await.map(Some),
         None => Ok(None),
     }
+}
+
+/// A plugin owes one result per item, in order. Any other count leaves every item's fate
+/// unknown (zipping would count an unanswered write as written, or an unanswered read as a
+/// hit), so every item fails.
+fn one_per_item<T>(
+    backend: &dyn StorageBackend,
+    op: &str,
+    items: usize,
+    results: Vec<Result<T>>,
+) -> Vec<Result<T>> {
+    if results.len() == items {
+        return results;
+    }
+    let name = backend.info().name;
+    let e = Error::backend(
+        name.clone(),
+        format!(
+            "{op} returned {} results for {items} items (a plugin bug: one result per item)",
+            results.len()
+        ),
+    );
+    tracing::error!(plugin = %name, error = %e, "plugin broke the one-result-per-item rule");
+    (0..items)
+        .map(|_| Err(Error::backend(name.clone(), e.to_string())))
+        .collect()
 }
 
 fn fail_all<T>(n: usize, e: &Error) -> Vec<Result<T>> {
