@@ -218,6 +218,9 @@ impl StorageBackend for FaultyBackend {
             });
         }
         let inner = self.inner.write(&forwarded).await;
+        if inner.len() != forwarded.len() {
+            return out_of_step(batch.len(), inner.len(), forwarded.len());
+        }
         for ((i, _), r) in forwarded_at.iter().zip(inner) {
             results[*i] = Some(r);
         }
@@ -249,6 +252,9 @@ impl StorageBackend for FaultyBackend {
             }
         }
         let inner = self.inner.read(&forwarded).await;
+        if inner.len() != forwarded.len() {
+            return out_of_step(batch.len(), inner.len(), forwarded.len());
+        }
         for (k, (i, r)) in forwarded_at.iter().zip(inner).enumerate() {
             let torn =
                 matches!(r, Ok(ReadOutcome::Hit)) && self.roll(seq, *i, 3) < self.plan.short_read;
@@ -284,6 +290,20 @@ impl StorageBackend for FaultyBackend {
     async fn usage(&self) -> Result<Usage> {
         self.inner.usage().await
     }
+}
+
+/// The wrapped plugin answered `got` results for `sent` items: passed on as a batch whose
+/// result count is wrong too (one more than its items), so the connector's own check sees it
+/// instead of this wrapper guessing which items the answers belong to.
+fn out_of_step<T>(items: usize, got: usize, sent: usize) -> Vec<Result<T>> {
+    (0..=items)
+        .map(|_| {
+            Err(Error::backend(
+                "FAULTY",
+                format!("the wrapped plugin returned {got} results for {sent} items"),
+            ))
+        })
+        .collect()
 }
 
 const fn libc_eio() -> i32 {
