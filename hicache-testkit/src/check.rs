@@ -92,3 +92,22 @@ impl<T: fmt::Debug> fmt::Debug for Abbrev<'_, T> {
         }
     }
 }
+
+/// The results of a plugin call on `items` items; the case fails unless there is exactly one
+/// result per item (a case indexes them, and must fail rather than panic on a broken plugin).
+pub fn per_item<T>(op: &str, items: usize, results: Vec<T>) -> Result<Vec<T>, CaseError> {
+    if results.len() == items {
+        Ok(results)
+    } else {
+        Err(CaseError::Failed(format!(
+            "{op} of {items} items returned {} results",
+            results.len()
+        )))
+    }
+}
+
+/// The one result of a plugin call on one item (see [`per_item`]).
+pub fn only<T>(op: &str, results: Vec<T>) -> Result<T, CaseError> {
+    let mut results = per_item(op, 1, results)?;
+    Ok(results.remove(0))
+}

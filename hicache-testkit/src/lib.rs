@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod broken;
 pub mod cases;
 pub mod check;
 pub mod fault;
@@ -10,4 +11,4 @@ mod suite;
 
 pub use check::{CaseError, CaseResult, skip};
 pub use fault::{FaultPlan, FaultyBackend, Injected};
-pub use suite::{Case, CaseFuture, Factory, Suite, TrialEnv, per_trial};
+pub use suite::{Case, CaseFuture, Factory, Proof, Suite, TrialEnv, per_trial};

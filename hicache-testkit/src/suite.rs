@@ -11,6 +11,7 @@ use hicache_core::{
 };
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
+use crate::broken::Bug;
 use crate::check::{CaseError, CaseResult};
 
 /// Builds a backend for a trial. Called once or more per trial; every call must return a
@@ -20,6 +21,18 @@ pub type Factory = Arc<dyn Fn(&TrialEnv) -> Result<DynBackend> + Send + Sync>;
 /// The boxed future of a case.
 pub type CaseFuture<'a> = Pin<Box<dyn Future<Output = CaseResult> + Send + 'a>>;
 
+/// How a case is shown to be able to fail: a case that passes against every plugin, broken
+/// or not, proves nothing.
+#[derive(Clone, Copy, Debug)]
+pub enum Proof {
+    /// The case fails against a [`BrokenBackend`](crate::broken::BrokenBackend) with each of
+    /// these bugs (the testkit's own tests check every pair).
+    Catches(&'static [Bug]),
+    /// No plugin can make the case fail: it checks hicache-core's own logic (the text says
+    /// which), and core's tests guard that logic.
+    CoreOnly(&'static str),
+}
+
 /// One named case.
 #[derive(Clone, Copy)]
 pub struct Case {
@@ -27,6 +40,8 @@ pub struct Case {
     pub name: &'static str,
     /// The case body.
     pub run: for<'a> fn(&'a TrialEnv) -> CaseFuture<'a>,
+    /// The bugs it is shown to catch.
+    pub proof: Proof,
 }
 
 impl std::fmt::Debug for Case {

@@ -7,7 +7,7 @@ use hicache_core::{
     ReadOutcome, RegionId, Slice, WriteItem,
 };
 
-use crate::check::{CaseError, CaseResult, skip};
+use crate::check::{CaseError, CaseResult, only, per_item, skip};
 use crate::fixtures::pattern;
 use crate::suite::TrialEnv;
 use crate::{ensure, ensure_eq};
@@ -63,8 +63,7 @@ async fn put(b: &DynBackend, k: &ObjectKey, segs: &[Slice]) -> CaseResult {
             segments: segs,
         }])
         .await;
-    ensure_eq!(r.len(), 1);
-    match &r[0] {
+    match &only("write", r)? {
         Ok(()) => Ok(()),
         Err(e) => Err(crate::CaseError::Failed(format!(
             "write of {k} failed: {e}"
@@ -77,16 +76,13 @@ async fn get(
     k: &ObjectKey,
     segs: &[Slice],
 ) -> Result<ReadOutcome, crate::CaseError> {
-    let mut r = b
+    let r = b
         .read(&[ReadItem {
             key: k,
             segments: segs,
         }])
         .await;
-    ensure_eq!(r.len(), 1);
-    r.pop()
-        .expect("one")
-        .map_err(|e| crate::CaseError::Failed(format!("read of {k} failed: {e}")))
+    only("read", r)?.map_err(|e| crate::CaseError::Failed(format!("read of {k} failed: {e}")))
 }
 
 /// Writes then reads one object made of `segs`; both results, for rejection checks.
@@ -94,20 +90,20 @@ async fn write_then_read(
     b: &DynBackend,
     k: &ObjectKey,
     segs: &[Slice],
-) -> (hicache_core::Result<()>, hicache_core::Result<ReadOutcome>) {
-    let mut w = b
+) -> Result<(hicache_core::Result<()>, hicache_core::Result<ReadOutcome>), CaseError> {
+    let w = b
         .write(&[WriteItem {
             key: k,
             segments: segs,
         }])
         .await;
-    let mut r = b
+    let r = b
         .read(&[ReadItem {
             key: k,
             segments: segs,
         }])
         .await;
-    (w.pop().expect("one result"), r.pop().expect("one result"))
+    Ok((only("write", w)?, only("read", r)?))
 }
 
 /// `info()` is self-consistent.
@@ -239,8 +235,8 @@ pub async fn backend_exists_creates_nothing(env: &TrialEnv) -> CaseResult {
     let k = key(env, "ghost");
     for _ in 0..3 {
         ensure_eq!(
-            b.exists(std::slice::from_ref(&k)).await[0].as_ref().ok(),
-            Some(&false)
+            only("exists", b.exists(std::slice::from_ref(&k)).await)?.ok(),
+            Some(false)
         );
     }
     ensure_eq!(
@@ -250,24 +246,35 @@ pub async fn backend_exists_creates_nothing(env: &TrialEnv) -> CaseResult {
     Ok(())
 }
 
-/// Removed objects are gone; removing a missing one is fine.
+/// Removed objects are gone, their neighbours stay; removing a missing one is fine.
 pub async fn backend_remove(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
     let buf = buffer(&b, n)?;
-    let k = key(env, "rm");
-    put(&b, &k, &[buf.slice(0, n)]).await?;
-    ensure!(b.remove(std::slice::from_ref(&k)).await[0].is_ok());
+    // Names that sort next to each other, so a remove that takes a neighbour is seen.
+    let ks: Vec<ObjectKey> = ["rm-a", "rm-b", "rm-c"]
+        .iter()
+        .map(|s| key(env, s))
+        .collect();
+    for k in &ks {
+        put(&b, k, &[buf.slice(0, n)]).await?;
+    }
+    let k = &ks[1];
+    ensure!(only("remove", b.remove(std::slice::from_ref(k)).await)?.is_ok());
     ensure!(
-        b.remove(std::slice::from_ref(&k)).await[0].is_ok(),
+        only("remove", b.remove(std::slice::from_ref(k)).await)?.is_ok(),
         "second remove failed"
     );
+    let found: Vec<bool> = per_item("exists", 3, b.exists(&ks).await)?
+        .into_iter()
+        .collect::<Result<_, _>>()?;
     ensure_eq!(
-        b.exists(std::slice::from_ref(&k)).await[0].as_ref().ok(),
-        Some(&false)
+        found,
+        vec![true, false, true],
+        "after removing the middle key"
     );
     ensure_eq!(
-        get(&b, &k, &[buf.slice(0, n)]).await?,
+        get(&b, k, &[buf.slice(0, n)]).await?,
         ReadOutcome::Miss(MissReason::NotFound)
     );
     Ok(())
@@ -335,10 +342,10 @@ pub async fn backend_unregistered_region_rejected(env: &TrialEnv) -> CaseResult 
             segments: &segs,
         }])
         .await;
+    let r = only("the call", r)?;
     ensure!(
-        matches!(r[0], Err(Error::UnregisteredRegion { .. })),
-        "got {:?}",
-        r[0]
+        matches!(r, Err(Error::UnregisteredRegion { .. })),
+        "got {r:?}"
     );
     let r = b
         .read(&[ReadItem {
@@ -346,14 +353,14 @@ pub async fn backend_unregistered_region_rejected(env: &TrialEnv) -> CaseResult 
             segments: &segs,
         }])
         .await;
+    let r = only("the call", r)?;
     ensure!(
-        matches!(r[0], Err(Error::UnregisteredRegion { .. })),
-        "got {:?}",
-        r[0]
+        matches!(r, Err(Error::UnregisteredRegion { .. })),
+        "got {r:?}"
     );
     ensure_eq!(
-        b.exists(std::slice::from_ref(&k)).await[0].as_ref().ok(),
-        Some(&false)
+        only("exists", b.exists(std::slice::from_ref(&k)).await)?.ok(),
+        Some(false)
     );
     Ok(())
 }
@@ -369,7 +376,7 @@ pub async fn backend_out_of_range_slice_rejected(env: &TrialEnv) -> CaseResult {
         buf.slice(3 * n, n),
         buf.slice(u64::MAX - n + 1, n),
     ] {
-        let (w, r) = write_then_read(&b, &k, &[s]).await;
+        let (w, r) = write_then_read(&b, &k, &[s]).await?;
         ensure!(
             matches!(w, Err(Error::SliceOutOfRange { .. })),
             "write {s:?} gave {w:?}"
@@ -380,8 +387,8 @@ pub async fn backend_out_of_range_slice_rejected(env: &TrialEnv) -> CaseResult {
         );
     }
     ensure_eq!(
-        b.exists(std::slice::from_ref(&k)).await[0].as_ref().ok(),
-        Some(&false)
+        only("exists", b.exists(std::slice::from_ref(&k)).await)?.ok(),
+        Some(false)
     );
     Ok(())
 }
@@ -401,10 +408,10 @@ pub async fn backend_deregistered_region_rejected(env: &TrialEnv) -> CaseResult 
             segments: &segs,
         }])
         .await;
+    let r = only("the call", r)?;
     ensure!(
-        matches!(r[0], Err(Error::UnregisteredRegion { .. })),
-        "got {:?}",
-        r[0]
+        matches!(r, Err(Error::UnregisteredRegion { .. })),
+        "got {r:?}"
     );
     Ok(())
 }
@@ -420,7 +427,7 @@ pub async fn backend_misaligned_slice_rejected(env: &TrialEnv) -> CaseResult {
     let buf = buffer(&b, 4 * a.max(4096))?;
     let k = key(env, "misaligned");
     for s in [buf.slice(1, a), buf.slice(0, a + 1), buf.slice(a / 2, a)] {
-        let (w, r) = write_then_read(&b, &k, &[s]).await;
+        let (w, r) = write_then_read(&b, &k, &[s]).await?;
         ensure!(
             matches!(w, Err(Error::Misaligned { .. })),
             "write {s:?} gave {w:?}"
@@ -431,8 +438,8 @@ pub async fn backend_misaligned_slice_rejected(env: &TrialEnv) -> CaseResult {
         );
     }
     ensure_eq!(
-        b.exists(std::slice::from_ref(&k)).await[0].as_ref().ok(),
-        Some(&false),
+        only("exists", b.exists(std::slice::from_ref(&k)).await)?.ok(),
+        Some(false),
         "a rejected write left an object"
     );
     Ok(())
@@ -463,6 +470,7 @@ pub async fn backend_bad_item_does_not_fail_others(env: &TrialEnv) -> CaseResult
             },
         ])
         .await;
+    let r = per_item("write", 3, r)?;
     ensure!(r[0].is_ok() && r[1].is_err() && r[2].is_ok(), "got {r:?}");
     let e: Vec<bool> = b
         .exists(&[k1, k2, k3])
@@ -518,7 +526,9 @@ pub async fn backend_large_batch(env: &TrialEnv) -> CaseResult {
     Ok(())
 }
 
-/// Two writers of one key at once: the reader sees one complete version.
+/// Two writers of one key at once, and a reader beside them: every read of a plugin that
+/// declares atomic publish sees one complete version (never a mix, never a gap once the key
+/// exists), and the last write leaves one complete version.
 pub async fn backend_concurrent_writers_same_key(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
@@ -527,21 +537,52 @@ pub async fn backend_concurrent_writers_same_key(env: &TrialEnv) -> CaseResult {
     buf.fill(0, &va)?;
     buf.fill(2 * n, &vb)?;
     let k = key(env, "race");
-    for _ in 0..20 {
-        let (sa, sb) = ([buf.slice(0, 2 * n)], [buf.slice(2 * n, 2 * n)]);
-        let (ia, ib) = (
-            [WriteItem {
-                key: &k,
-                segments: &sa,
-            }],
-            [WriteItem {
-                key: &k,
-                segments: &sb,
-            }],
-        );
-        let (ra, rb) = tokio::join!(b.write(&ia), b.write(&ib));
-        ensure!(ra[0].is_ok() && rb[0].is_ok(), "{ra:?} {rb:?}");
-    }
+    put(&b, &k, &[buf.slice(0, 2 * n)]).await?;
+    let atomic = env.capability().atomic_publish;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let writers = async {
+        for _ in 0..20 {
+            let (sa, sb) = ([buf.slice(0, 2 * n)], [buf.slice(2 * n, 2 * n)]);
+            let (ia, ib) = (
+                [WriteItem {
+                    key: &k,
+                    segments: &sa,
+                }],
+                [WriteItem {
+                    key: &k,
+                    segments: &sb,
+                }],
+            );
+            let (ra, rb) = tokio::join!(b.write(&ia), b.write(&ib));
+            let (ra, rb) = (only("write", ra)?, only("write", rb)?);
+            ensure!(ra.is_ok() && rb.is_ok(), "{ra:?} {rb:?}");
+        }
+        done.store(true, std::sync::atomic::Ordering::Release);
+        Ok::<(), CaseError>(())
+    };
+    let reader = async {
+        let out = buffer(&b, 2 * n)?;
+        let mut reads = 0u32;
+        while reads < 3 || !done.load(std::sync::atomic::Ordering::Acquire) {
+            reads += 1;
+            // A plugin whose reads finish without waiting would otherwise never let the
+            // writers run again.
+            tokio::task::yield_now().await;
+            let got = get(&b, &k, &[out.slice(0, 2 * n)]).await?;
+            if !atomic {
+                continue;
+            }
+            ensure_eq!(got, ReadOutcome::Hit, "read {reads} during overwrites");
+            let bytes = out.read(0, 2 * n)?;
+            ensure!(
+                bytes == va || bytes == vb,
+                "read {reads} during overwrites mixes versions"
+            );
+        }
+        Ok::<(), CaseError>(())
+    };
+    // The first failure on either side ends both (the reader waits for the writers' end).
+    tokio::try_join!(writers, reader)?;
     let out = buffer(&b, 2 * n)?;
     ensure_eq!(get(&b, &k, &[out.slice(0, 2 * n)]).await?, ReadOutcome::Hit);
     let got = out.read(0, 2 * n)?;
@@ -618,15 +659,33 @@ pub async fn backend_concurrent_disjoint_batches(env: &TrialEnv) -> CaseResult {
     Ok(())
 }
 
-/// `usage` answers (numbers are plugin-specific, but never inconsistent).
+/// `usage` tells the truth as far as it reports: the bytes used cover an object just
+/// written, and used and available bytes fit in the total. A plugin that reports no figure
+/// at all (object stores have no capacity) is skipped, not passed.
 pub async fn backend_usage(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
+    let n = block(env);
+    let buf = buffer(&b, 4 * n)?;
+    buf.fill(0, &pattern(4 * n as usize, 42))?;
+    put(&b, &key(env, "usage"), &[buf.slice(0, 4 * n)]).await?;
     let u = b.usage().await?;
-    if let (Some(total), Some(used)) = (u.total_bytes, u.used_bytes) {
-        ensure!(used <= total, "used {used} > total {total}");
+    if u.total_bytes.is_none() && u.used_bytes.is_none() && u.available_bytes.is_none() {
+        return skip("the plugin reports no usage figures");
     }
-    if let (Some(total), Some(avail)) = (u.total_bytes, u.available_bytes) {
-        ensure!(avail <= total, "available {avail} > total {total}");
+    if let Some(used) = u.used_bytes {
+        ensure!(
+            used >= 4 * n,
+            "{used} bytes used with a {}-byte object stored",
+            4 * n
+        );
+    }
+    if let Some(total) = u.total_bytes {
+        let used = u.used_bytes.unwrap_or(0);
+        let avail = u.available_bytes.unwrap_or(0);
+        ensure!(
+            used.checked_add(avail).is_some_and(|sum| sum <= total),
+            "used {used} + available {avail} > total {total}"
+        );
     }
     Ok(())
 }
@@ -672,32 +731,47 @@ pub async fn backend_persists_across_instances(env: &TrialEnv) -> CaseResult {
     Ok(())
 }
 
-/// Names with every allowed kind of character, and the longest allowed name.
+/// Names with every allowed kind of character, and the longest allowed names (two that
+/// differ only in their last byte): each holds its own bytes, so a plugin that maps several
+/// names onto one object (by hashing, truncating or dropping a part) fails.
 pub async fn backend_unusual_but_valid_names(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, 2 * n)?;
-    buf.fill(0, &pattern(n as usize, 41))?;
     let max = hicache_core::key::MAX_OBJECT_KEY_LEN;
     let limit = env.name_limit().map_or(max, |l| l.min(max));
-    let long = format!(
-        "{}-{}",
-        env.namespace(),
-        "L".repeat(limit - env.namespace().len() - 1)
-    );
-    for name in [
+    let long = |last: char| {
+        format!(
+            "{}-{}{last}",
+            env.namespace(),
+            "L".repeat(limit - env.namespace().len() - 2)
+        )
+    };
+    let names = [
         format!("{}-a_b-c:d=e+f@g", env.namespace()),
         format!("{}-ü€", env.namespace()),
-        long,
-    ] {
+        format!("{}-x.y.z", env.namespace()),
+        long('a'),
+        long('b'),
+    ];
+    let src = buffer(&b, names.len() as u64 * n)?;
+    let dst = buffer(&b, names.len() as u64 * n)?;
+    for (i, name) in names.iter().enumerate() {
+        let at = i as u64 * n;
+        src.fill(at, &pattern(n as usize, 41 + i as u32))?;
+        put(&b, &ObjectKey::new(name.clone())?, &[src.slice(at, n)]).await?;
+    }
+    for (i, name) in names.iter().enumerate() {
+        let at = i as u64 * n;
         let k = ObjectKey::new(name.clone())?;
-        put(&b, &k, &[buf.slice(0, n)]).await?;
         ensure_eq!(
-            get(&b, &k, &[buf.slice(n, n)]).await?,
+            get(&b, &k, &[dst.slice(at, n)]).await?,
             ReadOutcome::Hit,
             "name {name:?}"
         );
-        ensure_eq!(buf.read(n, n)?, buf.read(0, n)?);
+        ensure!(
+            dst.read(at, n)? == src.read(at, n)?,
+            "name {name:?} holds another name's bytes"
+        );
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use hicache_core::{
 };
 
 use crate::cases::backend::{block, buffer};
-use crate::check::{CaseError, CaseResult, skip};
+use crate::check::{CaseError, CaseResult, only, per_item, skip};
 use crate::fixtures::{fill_page, keys, mha, mla, page_bytes, page_unchanged, pool, snapshot};
 use crate::suite::TrialEnv;
 use crate::{ensure, ensure_eq};
@@ -236,19 +236,30 @@ pub async fn connector_exists_all(env: &TrialEnv) -> CaseResult {
     Ok(())
 }
 
-/// B5: `batch_exists(keys[..n]) == min(n, batch_exists(keys))`.
+/// B5: `batch_exists(keys[..n]) == min(n, p)` where `p` is the length of the stored
+/// prefix, and the `p` pages it counts read back as hits.
 pub async fn connector_exists_prefix_monotonic(env: &TrialEnv) -> CaseResult {
     for stored in [&[0usize, 1][..], &[0, 2], &[1], &[0, 1, 2]] {
         let (cache, ks) = exists_fixture(env, stored).await?;
-        let full = cache.batch_exists(&ks).await?;
+        let prefix = (0..ks.len()).take_while(|i| stored.contains(i)).count();
         for n in 0..=ks.len() {
             ensure_eq!(
                 cache.batch_exists(&ks[..n]).await?,
-                n.min(full),
+                n.min(prefix),
                 "stored {stored:?} n {n}"
             );
         }
-        cache.batch_remove(&ks).await?;
+        let targets: Vec<u64> = (0..prefix as u64).map(|p| 6 + p).collect();
+        let got = cache
+            .batch_get(&ks[..prefix], HostSlots::Pages(&targets))
+            .await?;
+        ensure!(
+            all_hits(&got),
+            "stored {stored:?}: counted pages miss: {got:?}"
+        );
+        for r in cache.batch_remove(&ks).await? {
+            r?;
+        }
     }
     Ok(())
 }
@@ -275,7 +286,7 @@ pub async fn connector_exists_creates_nothing(env: &TrialEnv) -> CaseResult {
         .iter()
         .flat_map(|k| cache.object_names(k).expect("names"))
         .collect();
-    let found = cache.backend().exists(&names).await;
+    let found = per_item("exists", names.len(), cache.backend().exists(&names).await)?;
     ensure!(found.iter().all(|r| matches!(r, Ok(false))), "{found:?}");
     Ok(())
 }
@@ -523,6 +534,36 @@ pub async fn connector_other_dtype_or_page_size_misses(env: &TrialEnv) -> CaseRe
     isolated(env, (id.clone(), g), (id, ps8)).await
 }
 
+/// Pools with the same page size but another shape miss: 2 heads of 64 against 1 of 128
+/// and 4 of 32, 4 layers against 2 of twice the tokens, MLA latent 128 against 2 heads of
+/// 64 (each pair's pages have equal byte counts, so only the namespace can tell them apart).
+pub async fn connector_other_shape_same_page_size_misses(env: &TrialEnv) -> CaseResult {
+    let id = StorageIdentity::single("m");
+    let shape = |attention, layers, tokens| {
+        PoolGeometry::new(
+            attention,
+            layers,
+            Dtype::Bf16,
+            tokens,
+            Layout::PageFirst,
+            PAGES,
+        )
+    };
+    let mha = |kv_heads, head_dim| AttentionKind::Mha { kv_heads, head_dim };
+    let base = shape(mha(2, 64), 4, 16)?;
+    for other in [
+        shape(mha(1, 128), 4, 16)?,
+        shape(mha(4, 32), 4, 16)?,
+        shape(mha(2, 64), 2, 32)?,
+    ] {
+        ensure_eq!(other.page_bytes(), base.page_bytes());
+        isolated(env, (id.clone(), base), (id.clone(), other)).await?;
+    }
+    let latent = shape(AttentionKind::Mla { kv_cache_dim: 256 }, 4, 16)?;
+    ensure_eq!(latent.page_bytes(), base.page_bytes());
+    isolated(env, (id.clone(), base), (id, latent)).await
+}
+
 /// B21 (fixed): far more than 128 pages in one call are chunked, not failed.
 pub async fn connector_batches_above_128_pages(env: &TrialEnv) -> CaseResult {
     let cache = env.default_connector()?;
@@ -588,13 +629,26 @@ pub async fn connector_set_twice(env: &TrialEnv) -> CaseResult {
     Ok(())
 }
 
-/// Removing pages makes them miss.
+/// Removing pages makes them miss, and only them.
 pub async fn connector_remove_pages(env: &TrialEnv) -> CaseResult {
     let (cache, ks) = exists_fixture(env, &[0, 1, 2]).await?;
     for r in cache.batch_remove(&ks[1..2]).await? {
         r?;
     }
     ensure_eq!(cache.batch_exists(&ks).await?, 1);
+    ensure!(cache.exists(&ks[2]).await?, "removing page 1 took page 2");
+    let got = cache.batch_get(&ks, HostSlots::Pages(&[6, 7, 8])).await?;
+    ensure!(
+        matches!(
+            got[..],
+            [
+                Ok(ReadOutcome::Hit),
+                Ok(ReadOutcome::Miss(MissReason::NotFound)),
+                Ok(ReadOutcome::Hit)
+            ]
+        ),
+        "{got:?}"
+    );
     for r in cache.batch_remove(&ks).await? {
         r?;
     }
@@ -746,10 +800,10 @@ async fn raw_object(
             segments: &segs,
         }])
         .await;
+    let r = only("read", r)?;
     ensure!(
-        matches!(r[0], Ok(ReadOutcome::Hit)),
-        "raw read of {name}: {:?}",
-        r[0]
+        matches!(r, Ok(ReadOutcome::Hit)),
+        "raw read of {name}: {r:?}"
     );
     buf.read(0, len)
 }
@@ -765,7 +819,8 @@ async fn put_raw(cache: &HiCache, env: &TrialEnv, name: &ObjectKey, bytes: &[u8]
             segments: &segs,
         }])
         .await;
-    ensure!(r[0].is_ok(), "raw write of {name}: {:?}", r[0]);
+    let r = only("write", r)?;
+    ensure!(r.is_ok(), "raw write of {name}: {r:?}");
     Ok(())
 }
 
