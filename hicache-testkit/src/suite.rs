@@ -286,12 +286,6 @@ impl Suite {
         );
         let mut trials = Vec::new();
         for v in &self.variants {
-            eprintln!(
-                "conformance: plugin {} variant {}: {} cases",
-                self.plugin,
-                v.name,
-                self.cases.len()
-            );
             for case in &self.cases {
                 let name = if self.variants.len() == 1 {
                     format!("conformance::{}", case.name)
@@ -324,6 +318,18 @@ impl Suite {
     /// Parses the test arguments, runs the trials, and exits like a test binary.
     pub fn run_main(self) -> std::process::ExitCode {
         let args = Arguments::from_args();
+        if !args.list {
+            // On stdout, beside the trial lines, so `cargo xtask ci` can count breadth (not
+            // when listing: test runners parse that output).
+            for v in &self.variants {
+                println!(
+                    "conformance: plugin {} variant {}: {} cases",
+                    self.plugin,
+                    v.name,
+                    self.cases.len()
+                );
+            }
+        }
         let trials = self.trials();
         libtest_mimic::run(&args, trials).exit_code()
     }

@@ -52,6 +52,11 @@ fn cancel_cases_catch_their_bugs() {
     cases_catch_their_bugs("cancel_");
 }
 
+#[test]
+fn model_cases_catch_their_bugs() {
+    cases_catch_their_bugs("model_");
+}
+
 /// Every planted bug is caught by some case, and only a few cases rest on core alone.
 #[test]
 fn every_bug_is_caught_and_few_cases_are_core_only() {
@@ -68,11 +73,12 @@ fn every_bug_is_caught_and_few_cases_are_core_only() {
         .count();
     assert!(core_only * 10 <= ALL.len(), "{core_only} core-only cases");
     assert!(
-        ALL.iter()
-            .all(|c| ["backend_", "connector_", "faults_", "cancel_"]
+        ALL.iter().all(
+            |c| ["backend_", "connector_", "faults_", "cancel_", "model_"]
                 .iter()
-                .any(|m| c.name.starts_with(m))),
-        "a case outside the four modules would go unchecked"
+                .any(|m| c.name.starts_with(m))
+        ),
+        "a case outside the five modules would go unchecked"
     );
 }
 

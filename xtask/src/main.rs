@@ -3,6 +3,7 @@
 //! Usage: `cargo xtask <command>`; `cargo xtask help` lists them.
 
 mod bench;
+mod breadth;
 mod crash;
 mod fuzz;
 
@@ -172,6 +173,7 @@ fn ci() -> Result<(), String> {
     totals.passed += t.passed;
     totals.failed += t.failed;
     totals.ignored += t.ignored;
+    totals.breadth.merge(t.breadth);
 
     let mut obj = cargo();
     obj.args(["test", "-p", "hicache", "--features", "obj", "--lib"]);
@@ -182,6 +184,7 @@ fn ci() -> Result<(), String> {
     totals.passed += t.passed;
     totals.failed += t.failed;
     totals.ignored += t.ignored;
+    totals.breadth.merge(t.breadth);
 
     // Keeps the benchmark working; its numbers are not judged here.
     println!("==> cargo xtask bench --tiny");
@@ -203,6 +206,10 @@ fn ci() -> Result<(), String> {
     println!(
         "{} passed, {} failed, {} skipped",
         totals.passed, totals.failed, totals.ignored
+    );
+    print!(
+        "of which conformance trials, per plugin:\n{}",
+        totals.breadth.report()
     );
     Ok(())
 }
@@ -311,11 +318,12 @@ fn s3_servers() -> Result<(PathBuf, PathBuf), String> {
     Ok((moto, s3s))
 }
 
-#[derive(Default, Debug)]
+#[derive(Default)]
 struct Totals {
     passed: u64,
     failed: u64,
     ignored: u64,
+    breadth: breadth::Breadth,
 }
 
 impl Totals {
@@ -354,6 +362,7 @@ fn counted_step(name: &str, mut cmd: Command) -> Result<Totals, String> {
         for line in BufReader::new(out).lines().map_while(Result::ok) {
             println!("{line}");
             totals.add_line(&line);
+            totals.breadth.add_line(&line);
         }
     }
     let status = child.wait().map_err(|e| format!("{name}: {e}"))?;

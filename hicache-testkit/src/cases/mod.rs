@@ -5,6 +5,7 @@ pub mod backend;
 pub mod cancel;
 pub mod connector;
 pub mod faults;
+pub mod model;
 
 use crate::broken::Bug::{self, *};
 use crate::suite::{Case, Proof};
@@ -111,4 +112,5 @@ pub const ALL: &[Case] = cases![
     cancel::cancel_unregister_waits_for_in_flight => catches(&[DropsLastResult, ExtraResult]),
     cancel::cancel_deregister_in_flight_is_busy => catches(&[NonAtomicPublish, PublishesAfterDrop]),
     cancel::cancel_dropped_read_moves_no_byte_afterwards => catches(&[WritesAfterDrop]),
+    model::model_sequences_match_a_reference_map => catches(&[FirstWriteWins, RemoveDoesNothing, StaleReadCache, ExistsCreates]),
 ];
