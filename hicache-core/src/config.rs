@@ -259,6 +259,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "use_direct_io",
     "naming",
     "page_format",
+    "transfer_mode",
     "l3_cleaner_enabled",
     "l3_cleaner_high_watermark",
     "l3_cleaner_low_watermark",
@@ -283,7 +284,29 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     ),
     ("naming", "HICACHE_NAMING", ""),
     ("page_format", "HICACHE_PAGE_FORMAT", ""),
+    ("transfer_mode", "HICACHE_TRANSFER_MODE", ""),
 ];
+
+/// How the connector may move a pool's pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TransferChoice {
+    /// Zero-copy where the pool's spans meet the plugin's alignment and segment limits,
+    /// bounce through staging otherwise (the default).
+    #[default]
+    Auto,
+    /// Always through staging: for plugins or storage that mishandle scattered segments,
+    /// and so that tests exercise the bounce path on every backend.
+    Bounce,
+}
+
+impl std::fmt::Display for TransferChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TransferChoice::Auto => "auto",
+            TransferChoice::Bounce => "bounce",
+        })
+    }
+}
 
 /// The effective configuration. `Debug` never shows credentials.
 #[derive(Clone, Debug, PartialEq)]
@@ -298,6 +321,9 @@ pub struct Config {
     pub naming: Setting<NamingScheme>,
     /// Object framing.
     pub page_format: Setting<PageFormat>,
+    /// Whether aligned pools may move zero-copy (`auto`) or always go through staging
+    /// (`bounce`).
+    pub transfer_mode: Setting<TransferChoice>,
     /// Capacity cleaner on/off.
     pub cleaner_enabled: Setting<bool>,
     /// Cleaner starts above this disk usage, percent.
@@ -324,6 +350,7 @@ impl Default for Config {
             use_direct_io: Setting::default_value(true),
             naming: Setting::default_value(NamingScheme::Hicache),
             page_format: Setting::default_value(PageFormat::Envelope),
+            transfer_mode: Setting::default_value(TransferChoice::Auto),
             cleaner_enabled: Setting::default_value(true),
             cleaner_high_watermark: Setting::default_value(80.0),
             cleaner_low_watermark: Setting::default_value(70.0),
@@ -647,6 +674,15 @@ fn apply_top_level(cfg: &mut Config, key: &str, value: &Value, source: &Source) 
                 _ => return Err(one_of(key, &s, source, &["envelope", "raw"])),
             };
             cfg.page_format.offer(format, src);
+        }
+        "transfer_mode" => {
+            let s = string_value(key, value, source)?;
+            let choice = match s.to_ascii_lowercase().as_str() {
+                "auto" => TransferChoice::Auto,
+                "bounce" => TransferChoice::Bounce,
+                _ => return Err(one_of(key, &s, source, &["auto", "bounce"])),
+            };
+            cfg.transfer_mode.offer(choice, src);
         }
         "l3_cleaner_enabled" => {
             let b = strict_bool(key, value, source)?;
@@ -1015,6 +1051,12 @@ impl Config {
             &self.page_format.overridden,
         );
         push(
+            "transfer_mode".into(),
+            self.transfer_mode.value.to_string(),
+            &self.transfer_mode.source,
+            &self.transfer_mode.overridden,
+        );
+        push(
             "l3_cleaner_enabled".into(),
             self.cleaner_enabled.value.to_string(),
             &self.cleaner_enabled.source,
@@ -1157,6 +1199,30 @@ mod tests {
         assert_eq!(cfg.storage_dirs.value, vec![PathBuf::from("/d")]);
         assert_eq!(cfg.storage_dirs.source, Source::Api);
         assert_eq!(cfg.storage_dirs.overridden.len(), 2);
+    }
+
+    #[test]
+    fn transfer_mode_is_auto_or_bounce() {
+        assert_eq!(
+            ConfigLoader::new().load().unwrap().transfer_mode.value,
+            TransferChoice::Auto
+        );
+        let env = EnvSnapshot::from_pairs([("HICACHE_TRANSFER_MODE", "Bounce")]);
+        let cfg = ConfigLoader::new().env(env).load().unwrap();
+        assert_eq!(cfg.transfer_mode.value, TransferChoice::Bounce);
+        assert_eq!(
+            cfg.transfer_mode.source,
+            Source::Env("HICACHE_TRANSFER_MODE".into())
+        );
+        let err = ConfigLoader::new()
+            .set("transfer_mode", "zerocopy")
+            .load()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("transfer_mode") && err.contains("bounce"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::backend::{
     BackendInfo, Capability, DynBackend, MissReason, ReadItem, ReadOutcome, StorageBackend,
     WriteItem,
 };
-use crate::config::Config;
+use crate::config::{Config, TransferChoice};
 use crate::envelope::{self, FLAG_ANCHOR, HEADER_FIELDS_LEN, Header, PageFormat};
 use crate::error::{Error, Result};
 use crate::key::{
@@ -92,6 +92,26 @@ impl fmt::Display for TransferMode {
             TransferMode::Bounce => "bounce",
             TransferMode::Anchor => "anchor",
         })
+    }
+}
+
+/// The transfer mode `config` gets for a pool: [`decide_mode`] under the config's naming,
+/// turned into bounce when `transfer_mode = bounce`.
+pub fn choose_mode(
+    geometry: &PoolGeometry,
+    base: Option<u64>,
+    capability: &Capability,
+    config: &Config,
+) -> (TransferMode, String) {
+    match decide_mode(geometry, base, capability, config.naming.value) {
+        (TransferMode::ZeroCopy, _) if config.transfer_mode.value == TransferChoice::Bounce => (
+            TransferMode::Bounce,
+            format!(
+                "transfer_mode = bounce (from {})",
+                config.transfer_mode.source
+            ),
+        ),
+        decided => decided,
     }
 }
 
@@ -416,11 +436,11 @@ impl HiCache {
         let capability = self.info.capability;
         let naming = self.config.naming.value;
         let format = self.config.page_format.value;
-        let (mode, reason) = decide_mode(
+        let (mode, reason) = choose_mode(
             &geometry,
             memory.as_ref().map(|m| m.addr() as u64),
             &capability,
-            naming,
+            &self.config,
         );
         let align = effective_alignment(&capability);
         let identity = &self.options.identity;

@@ -44,6 +44,11 @@ pub mod backend_design {}
 ///   batches larger than a chunk are split instead of failed.
 /// - **anchor** for pools without bytes: one small marker object per page.
 ///
+/// `transfer_mode = "bounce"` (env `HICACHE_TRANSFER_MODE`) turns every zero-copy pool into a
+/// bounce pool: for storage or plugins that mishandle scattered segments, and so the
+/// conformance suite runs the bounce path on every backend. The default, `auto`, decides as
+/// above; `hicache doctor` shows which mode a pool gets and why.
+///
 /// Objects carry an envelope (header, payload at an aligned offset, xxh3 checksum) unless
 /// `page_format = "raw"`; the connector writes and verifies it, so every plugin — file or
 /// object — gets torn/corrupt/foreign detection without writing it again. An invalid object

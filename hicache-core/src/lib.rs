@@ -19,10 +19,10 @@ pub use backend::{
     BackendInfo, BackendKind, Capability, DynBackend, MissReason, ReadItem, ReadOutcome,
     StorageBackend, Usage, WriteItem,
 };
-pub use config::{Config, ConfigLoader, EnvSnapshot, PluginChoice, Source};
+pub use config::{Config, ConfigLoader, EnvSnapshot, PluginChoice, Source, TransferChoice};
 pub use connector::{
     BlockingHiCache, HiCache, HiCacheOptions, HostSlots, PoolReport, STORAGE_BATCH_SIZE,
-    SetOutcome, Stats, TransferMode, decide_mode,
+    SetOutcome, Stats, TransferMode, choose_mode, decide_mode,
 };
 pub use envelope::PageFormat;
 pub use error::{Error, Result};

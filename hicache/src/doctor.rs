@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use hicache_core::{
     Capability, Config, HiCache, HiCacheOptions, HostSlots, MmapPool, PageKey, PoolGeometry,
-    ReadOutcome, Source, StorageIdentity, TransferMode, decide_mode, pool,
+    ReadOutcome, Source, StorageIdentity, TransferMode, choose_mode, pool,
 };
 use serde::Serialize;
 
@@ -344,14 +344,25 @@ fn geometry_step(config: &Config, opts: &DoctorOptions, capability: Option<&Capa
         return step;
     };
     // Host pools are mmap'ed: the base is page-aligned.
-    let (mode, reason) = decide_mode(g, Some(0), cap, config.naming.value);
+    let (mode, reason) = choose_mode(g, Some(0), cap, config);
     step.details
         .push(format!("transfer mode: {mode} ({reason})"));
+    // Bounce only because the config asks for it?
+    let forced = config.transfer_mode.value == hicache_core::TransferChoice::Bounce
+        && hicache_core::decide_mode(g, Some(0), cap, config.naming.value).0
+            == TransferMode::ZeroCopy;
     if mode == TransferMode::Bounce {
         let align = cap.io_alignment;
+        let fix = if forced {
+            "set transfer_mode = auto (or remove it) for zero-copy".to_string()
+        } else {
+            format!(
+                "use page_first or page_first_direct with a page size whose spans are multiples of {align} bytes (e.g. more tokens per page) for zero-copy"
+            )
+        };
         step.warn(
             format!("pages are copied through bounce buffers: {reason}"),
-            format!("use page_first or page_first_direct with a page size whose spans are multiples of {align} bytes (e.g. more tokens per page) for zero-copy"),
+            fix,
         );
     }
     step

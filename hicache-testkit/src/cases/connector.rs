@@ -146,13 +146,21 @@ fn needs_alignment(env: &TrialEnv) -> CaseResult {
     Ok(())
 }
 
-/// Under direct I/O, pages whose spans are not aligned go through bounce slots, correctly.
+/// Bounce slots move pages correctly on every backend: forced by `transfer_mode = bounce`
+/// for an aligned pool, and, under direct I/O, chosen for pages whose spans no alignment
+/// divides.
 pub async fn connector_round_trip_bounce(env: &TrialEnv) -> CaseResult {
-    needs_alignment(env)?;
-    let cache = env.default_connector()?;
+    let forced = env.connector(StorageIdentity::single("m"), &[("transfer_mode", "bounce")])?;
     for layout in [Layout::PageFirst, Layout::LayerFirst] {
-        let mode = round_trip(&cache, unaligned_geometry(layout)).await?;
-        ensure_eq!(mode, TransferMode::Bounce, "{layout}");
+        let mode = round_trip(&forced, mha(layout, 16, PAGES)).await?;
+        ensure_eq!(mode, TransferMode::Bounce, "forced, {layout}");
+    }
+    if needs_alignment(env).is_ok() {
+        let cache = env.default_connector()?;
+        for layout in [Layout::PageFirst, Layout::LayerFirst] {
+            let mode = round_trip(&cache, unaligned_geometry(layout)).await?;
+            ensure_eq!(mode, TransferMode::Bounce, "unaligned, {layout}");
+        }
     }
     Ok(())
 }
@@ -379,17 +387,25 @@ pub async fn connector_ragged_host_indices_rejected(env: &TrialEnv) -> CaseResul
     Ok(())
 }
 
-/// B15: in bounce mode a failed get leaves host pages untouched.
+/// B15: in bounce mode a failed get leaves host pages untouched (bounce forced by config on
+/// every backend, and chosen by an unaligned geometry under direct I/O).
 pub async fn connector_bounce_miss_leaves_host_untouched(env: &TrialEnv) -> CaseResult {
-    needs_alignment(env)?;
-    let cache = env.default_connector()?;
-    let geometry = unaligned_geometry(Layout::PageFirst);
+    let forced = env.connector(StorageIdentity::single("m"), &[("transfer_mode", "bounce")])?;
+    bounce_miss(&forced, mha(Layout::PageFirst, 16, PAGES), "bu-forced").await?;
+    if needs_alignment(env).is_ok() {
+        let cache = env.default_connector()?;
+        bounce_miss(&cache, unaligned_geometry(Layout::PageFirst), "bu").await?;
+    }
+    Ok(())
+}
+
+async fn bounce_miss(cache: &HiCache, geometry: PoolGeometry, prefix: &str) -> CaseResult {
     let pool = pool(geometry);
     ensure_eq!(
         cache.register_pool(pool.clone())?.mode,
         TransferMode::Bounce
     );
-    let ks = keys("bu", 3);
+    let ks = keys(prefix, 3);
     fill_page(&pool, 0, 3);
     cache.batch_set(&ks[..1], HostSlots::Pages(&[0])).await?;
     for p in 4..PAGES {
