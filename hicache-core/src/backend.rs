@@ -55,6 +55,20 @@ pub struct Capability {
 }
 
 impl Capability {
+    /// Refuses an item of more segments than [`Capability::max_segments`], before any I/O
+    /// (a plugin must never truncate or split such an item silently).
+    pub fn check_segments(&self, key: &crate::ObjectKey, segments: usize) -> crate::Result<()> {
+        if segments > self.max_segments as usize {
+            return Err(crate::Error::InvalidBatch {
+                reason: format!(
+                    "object {key} has {segments} segments; at most {} are allowed",
+                    self.max_segments
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Whether memory of this kind can be registered.
     pub fn accepts(&self, kind: MemKind) -> bool {
         match kind {

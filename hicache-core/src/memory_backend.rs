@@ -88,6 +88,9 @@ impl MemoryBackend {
     }
 
     fn write_one(&self, item: &WriteItem<'_>) -> Result<()> {
+        self.info()
+            .capability
+            .check_segments(item.key, item.segments.len())?;
         let mut bytes = Vec::with_capacity(item.len() as usize);
         for (i, s) in item.segments.iter().enumerate() {
             let src = self
@@ -103,6 +106,9 @@ impl MemoryBackend {
     }
 
     fn read_one(&self, item: &ReadItem<'_>) -> Result<ReadOutcome> {
+        self.info()
+            .capability
+            .check_segments(item.key, item.segments.len())?;
         let mut targets = item
             .segments
             .iter()

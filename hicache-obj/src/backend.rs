@@ -576,7 +576,18 @@ impl ObjBackend {
         }
     }
 
+    fn capability(&self) -> Capability {
+        let mut capability = Capability::default();
+        capability.host_memory = true;
+        capability.atomic_publish = true;
+        capability.max_segments = 1024;
+        capability.persistent = !matches!(self.client.cfg.target, Target::Memory);
+        capability.io_alignment = 1;
+        capability
+    }
+
     async fn write_one(&self, key: &ObjectKey, segments: &[Slice]) -> Result<()> {
+        self.capability().check_segments(key, segments.len())?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             Error::backend(
                 NAME,
@@ -610,6 +621,7 @@ impl ObjBackend {
     }
 
     async fn read_one(&self, key: &ObjectKey, segments: &[Slice]) -> Result<ReadOutcome> {
+        self.capability().check_segments(key, segments.len())?;
         self.settle(self.client.path(key).as_ref()).await;
         self.client.read_one(key, segments).await
     }
@@ -628,17 +640,11 @@ impl ObjBackend {
 #[async_trait]
 impl StorageBackend for ObjBackend {
     fn info(&self) -> BackendInfo {
-        let mut capability = Capability::default();
-        capability.host_memory = true;
-        capability.atomic_publish = true;
-        capability.max_segments = 1024;
-        capability.persistent = !matches!(self.client.cfg.target, Target::Memory);
-        capability.io_alignment = 1;
         BackendInfo {
             name: NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
             kind: BackendKind::Object,
-            capability,
+            capability: self.capability(),
             location: self.client.cfg.location(),
         }
     }

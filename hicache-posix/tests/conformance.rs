@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use hicache_core::DynBackend;
+use hicache_core::{DynBackend, Error, StorageBackend};
 use hicache_posix::{EngineChoice, PosixBackend, PosixConfig, SyncMode};
 use hicache_testkit::TrialEnv;
 
@@ -14,6 +14,7 @@ fn posix(
     sync: SyncMode,
 ) -> impl Fn(&TrialEnv) -> hicache_core::Result<DynBackend> {
     move |env| {
+        let engine_choice = engine;
         let cfg = PosixConfig {
             dirs: vec![env.dir().join("store")],
             direct_io,
@@ -25,7 +26,26 @@ fn posix(
             file_mode: 0o600,
             dir_mode: 0o700,
         };
-        Ok(Arc::new(PosixBackend::new(&cfg)?) as DynBackend)
+        let backend = PosixBackend::new(&cfg)?;
+        // A variant runs what its name claims: a silent fallback (buffered I/O under a
+        // "direct" name, threads under "uring") would pass cases it never ran.
+        let runs_direct = backend.info().capability.direct_io;
+        let engine = backend.engine_description();
+        let want_engine = match engine_choice {
+            EngineChoice::Uring => "io_uring",
+            EngineChoice::Threads => "threads",
+            EngineChoice::Auto => "",
+        };
+        if runs_direct != direct_io || !engine.starts_with(want_engine) {
+            return Err(Error::backend(
+                "POSIX conformance",
+                format!(
+                    "the variant asks for direct_io = {direct_io} on {want_engine} but the \
+                     backend runs direct_io = {runs_direct} on {engine}"
+                ),
+            ));
+        }
+        Ok(Arc::new(backend) as DynBackend)
     }
 }
 

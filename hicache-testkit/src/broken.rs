@@ -67,6 +67,8 @@ pub enum Bug {
     NonAtomicPublish,
     /// Writes of bad slices are dropped silently instead of rejected.
     SwallowsBadSlices,
+    /// Items of more segments than `max_segments` are stored anyway.
+    IgnoresSegmentLimit,
     /// One failed item fails every item of its batch.
     FailsWholeBatch,
     /// Device memory is accepted by a host-only backend.
@@ -109,6 +111,7 @@ impl Bug {
         Bug::TornWrites,
         Bug::NonAtomicPublish,
         Bug::SwallowsBadSlices,
+        Bug::IgnoresSegmentLimit,
         Bug::FailsWholeBatch,
         Bug::AcceptsDeviceMemory,
         Bug::DeregisterIgnored,
@@ -244,6 +247,19 @@ impl BrokenBackend {
                     .map(|i| self.regions.gather(i.segments).unwrap_or_default())
                     .collect();
                 self.inner.write(&items).await
+            }
+            Bug::IgnoresSegmentLimit => {
+                let mut out = Vec::with_capacity(items.len());
+                for item in &items {
+                    if item.segments.len() > self.inner.info().capability.max_segments as usize {
+                        out.push(self.regions.gather(item.segments).map(|bytes| {
+                            self.inner.put_raw_object(item.key.as_str(), bytes);
+                        }));
+                    } else {
+                        out.extend(self.inner.write(std::slice::from_ref(item)).await);
+                    }
+                }
+                out
             }
             Bug::SwallowsBadSlices => self
                 .inner

@@ -526,6 +526,49 @@ pub async fn backend_large_batch(env: &TrialEnv) -> CaseResult {
     Ok(())
 }
 
+/// An object of exactly `max_segments` segments round-trips (read back through another
+/// split); one of `max_segments + 1` is refused with a typed error, and nothing is stored.
+pub async fn backend_segment_limit(env: &TrialEnv) -> CaseResult {
+    let max = u64::from(env.capability().max_segments);
+    if max > 4096 {
+        return skip(format!(
+            "max_segments is {max}; the case builds objects of at most 4097 segments"
+        ));
+    }
+    let b = env.backend()?;
+    let n = block(env);
+    let src = buffer(&b, (max + 1) * n)?;
+    let dst = buffer(&b, max * n)?;
+    let data = pattern((max * n) as usize, 51);
+    src.fill(0, &data)?;
+    let segs: Vec<Slice> = (0..max).map(|i| src.slice(i * n, n)).collect();
+    let k = key(env, "seg-max");
+    put(&b, &k, &segs).await?;
+    let half = max / 2 * n;
+    let back = [dst.slice(0, half), dst.slice(half, max * n - half)];
+    ensure_eq!(get(&b, &k, &back).await?, ReadOutcome::Hit);
+    ensure!(dst.read(0, max * n)? == data, "the object's bytes differ");
+    let over: Vec<Slice> = (0..=max).map(|i| src.slice(i * n, n)).collect();
+    let k2 = key(env, "seg-over");
+    let (w, r) = write_then_read(&b, &k2, &over).await?;
+    ensure!(
+        matches!(w, Err(Error::InvalidBatch { .. })),
+        "a write of {} segments gave {w:?}",
+        max + 1
+    );
+    ensure!(
+        matches!(r, Err(Error::InvalidBatch { .. })),
+        "a read of {} segments gave {r:?}",
+        max + 1
+    );
+    ensure_eq!(
+        only("exists", b.exists(std::slice::from_ref(&k2)).await)?.ok(),
+        Some(false),
+        "a refused write left an object"
+    );
+    Ok(())
+}
+
 /// Two writers of one key at once, and a reader beside them: every read of a plugin that
 /// declares atomic publish sees one complete version (never a mix, never a gap once the key
 /// exists), and the last write leaves one complete version.

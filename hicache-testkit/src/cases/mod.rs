@@ -47,6 +47,7 @@ pub const ALL: &[Case] = cases![
     backend::backend_misaligned_slice_rejected => catches(&[SwallowsBadSlices, NonAtomicPublish]),
     backend::backend_bad_item_does_not_fail_others => catches(&[FailsWholeBatch, SwallowsBadSlices]),
     backend::backend_large_batch => catches(&[ReadsDeliverNothing, OneObjectForAllNames]),
+    backend::backend_segment_limit => catches(&[IgnoresSegmentLimit, TornWrites]),
     backend::backend_concurrent_writers_same_key => catches(&[NonAtomicPublish]),
     backend::backend_concurrent_disjoint_batches => catches(&[StaleReadCache, FirstWriteWins]),
     backend::backend_usage => catches(&[UsageLies]),
