@@ -132,15 +132,11 @@ impl FaultyBackend {
             return;
         }
         let half = last.len / 2;
-        // SAFETY: the slice lies inside a live registration (checked above) and the read
-        // that owns these bytes has completed; nobody else touches them until we return.
-        unsafe {
-            std::ptr::write_bytes(
-                (region.addr() + (last.offset + half) as usize) as *mut u8,
-                0xA5,
-                (last.len - half) as usize,
-            )
-        };
+        // Through a write pin like any engine: the read that filled these bytes has ended.
+        if let Ok(mut target) = region.target(last.offset + half, last.len - half, "torn read") {
+            let n = target.len();
+            let _ = target.copy_from(0, &vec![0xA5; n]);
+        }
     }
 }
 
