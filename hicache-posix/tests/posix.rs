@@ -697,18 +697,7 @@ async fn io_uring_moves_single_segment_objects_on_fixed_buffers() {
     )
     .unwrap();
     // Spans of 2880 bytes fit no alignment: bounce mode, one staging slot per object.
-    let g = PoolGeometry::new(
-        AttentionKind::Mha {
-            kv_heads: 2,
-            head_dim: 60,
-        },
-        4,
-        Dtype::Bf16,
-        3,
-        Layout::PageFirst,
-        8,
-    )
-    .unwrap();
+    let g = hicache_testkit::fixtures::unaligned_mha(Layout::PageFirst, 8);
     let pool = Arc::new(MmapPool::new(g).unwrap());
     assert_eq!(
         cache.register_pool(pool.clone()).unwrap().mode,

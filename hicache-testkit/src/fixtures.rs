@@ -20,6 +20,23 @@ pub fn mha(layout: Layout, page_tokens: u64, pages: u64) -> PoolGeometry {
     .expect("valid test geometry")
 }
 
+/// An MHA geometry whose spans (2880 bytes: 2 heads of 60, 3 tokens, bf16) no direct-I/O
+/// alignment divides, so an aligned backend moves it through bounce slots.
+pub fn unaligned_mha(layout: Layout, pages: u64) -> PoolGeometry {
+    PoolGeometry::new(
+        AttentionKind::Mha {
+            kv_heads: 2,
+            head_dim: 60,
+        },
+        4,
+        Dtype::Bf16,
+        3,
+        layout,
+        pages,
+    )
+    .expect("valid test geometry")
+}
+
 /// A small MLA geometry (latent 64, 4 layers, bf16).
 pub fn mla(layout: Layout, page_tokens: u64, pages: u64) -> PoolGeometry {
     PoolGeometry::new(

@@ -122,20 +122,8 @@ layout_case!(
     mla(Layout::PageFirstDirect, 16, PAGES)
 );
 
-/// A geometry whose spans (2880 bytes) no direct-I/O alignment divides.
 fn unaligned_geometry(layout: Layout) -> PoolGeometry {
-    PoolGeometry::new(
-        AttentionKind::Mha {
-            kv_heads: 2,
-            head_dim: 60,
-        },
-        4,
-        Dtype::Bf16,
-        3,
-        layout,
-        PAGES,
-    )
-    .expect("valid geometry")
+    crate::fixtures::unaligned_mha(layout, PAGES)
 }
 
 fn needs_alignment(env: &TrialEnv) -> CaseResult {
