@@ -63,6 +63,11 @@ pub(crate) fn open(
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
         match retry(|| nix::fcntl::openat2(dir, name, how)) {
             Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => OPENAT2.store(2, Ordering::Relaxed),
+            // A rename in the same dir while the kernel resolves the name makes a scoped
+            // lookup fail its "still beneath?" check (EXDEV) or ask for a retry (EAGAIN).
+            // `name` is one checked component and O_NOFOLLOW refuses a final link, so the
+            // plain `openat` below is exactly as confined for it; a real escape cannot happen.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EXDEV | libc::EAGAIN)) => {}
             r => {
                 OPENAT2.store(1, Ordering::Relaxed);
                 return r;
