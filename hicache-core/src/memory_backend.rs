@@ -48,6 +48,18 @@ impl MemoryBackend {
         }
     }
 
+    /// What this backend can do (no allocation: checked per item).
+    fn capability(&self) -> Capability {
+        Capability {
+            direct_io: self.alignment > 1,
+            io_alignment: self.alignment,
+            host_memory: true,
+            atomic_publish: true,
+            max_segments: 1024,
+            ..Capability::default()
+        }
+    }
+
     /// Number of stored objects.
     pub fn object_count(&self) -> usize {
         self.objects.read().unwrap_or_else(|e| e.into_inner()).len()
@@ -88,8 +100,7 @@ impl MemoryBackend {
     }
 
     fn write_one(&self, item: &WriteItem<'_>) -> Result<()> {
-        self.info()
-            .capability
+        self.capability()
             .check_segments(item.key, item.segments.len())?;
         let mut bytes = Vec::with_capacity(item.len() as usize);
         for (i, s) in item.segments.iter().enumerate() {
@@ -106,8 +117,7 @@ impl MemoryBackend {
     }
 
     fn read_one(&self, item: &ReadItem<'_>) -> Result<ReadOutcome> {
-        self.info()
-            .capability
+        self.capability()
             .check_segments(item.key, item.segments.len())?;
         let mut targets = item
             .segments
@@ -151,14 +161,7 @@ impl StorageBackend for MemoryBackend {
             name: NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
             kind: BackendKind::Object,
-            capability: Capability {
-                direct_io: self.alignment > 1,
-                io_alignment: self.alignment,
-                host_memory: true,
-                atomic_publish: true,
-                max_segments: 1024,
-                ..Capability::default()
-            },
+            capability: self.capability(),
             location: "process memory".into(),
         }
     }
