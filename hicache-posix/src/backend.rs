@@ -21,6 +21,15 @@ use crate::uring::UringEngine;
 /// Most iovecs per object (Linux IOV_MAX).
 const MAX_SEGMENTS: u32 = 1024;
 
+/// Flushes a backend completed (see [`PosixBackend::flushes`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flushes {
+    /// `fdatasync` of page files before they were published (`sync = data` or `full`).
+    pub files: u64,
+    /// `fsync` of bucket dirs after a rename (`sync = full`).
+    pub dirs: u64,
+}
+
 /// What the backend found out about one storage dir.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct RootInfo {
@@ -120,6 +129,7 @@ impl PosixBackend {
                 direct,
                 spares,
                 file_mode: cfg.file_mode,
+                flushed: Default::default(),
             });
             root_info.push(RootInfo {
                 path: dir.clone(),
@@ -172,6 +182,17 @@ impl PosixBackend {
             Engine::Uring(u) => u.fixed_transfers(),
             Engine::Threads(_) => 0,
         }
+    }
+
+    /// Flushes that returned success so far, over all storage dirs: what `sync` made the
+    /// kernel do (the threads engine's calls and the io_uring engine's `FSYNC` steps alike).
+    pub fn flushes(&self) -> Flushes {
+        let (files, dirs) = self
+            .roots
+            .iter()
+            .map(|r| r.flushed.get())
+            .fold((0, 0), |(f, d), (rf, rd)| (f + rf, d + rd));
+        Flushes { files, dirs }
     }
 
     /// The file an object is stored in.

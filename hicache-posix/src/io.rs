@@ -33,6 +33,35 @@ pub(crate) struct Root {
     pub(crate) spares: Option<crate::spare::SparePool>,
     /// Permission bits of created page files.
     pub(crate) file_mode: u32,
+    /// Flushes that completed under this root (`PosixBackend::flushes`).
+    pub(crate) flushed: FlushCounter,
+}
+
+/// Counts flushes as they complete, so tests can prove `sync` reaches the disk calls.
+#[derive(Debug, Default)]
+pub(crate) struct FlushCounter {
+    files: AtomicU64,
+    dirs: AtomicU64,
+}
+
+impl FlushCounter {
+    /// An `fdatasync` of a page file returned success.
+    pub(crate) fn file(&self) {
+        self.files.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An `fsync` of a bucket dir returned success.
+    pub(crate) fn dir(&self) {
+        self.dirs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (file flushes, dir flushes) so far.
+    pub(crate) fn get(&self) -> (u64, u64) {
+        (
+            self.files.load(Ordering::Relaxed),
+            self.dirs.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// What failed, for the error message.
@@ -300,6 +329,7 @@ pub(crate) fn write_object(
             // SAFETY: fd is open.
             retry_eintr(|| unsafe { libc::fdatasync(fd.as_raw_fd()) })
                 .map_err(|e| ("fdatasync", e))?;
+            root.flushed.file();
         }
         Ok(())
     })();
@@ -325,6 +355,7 @@ pub(crate) fn write_object(
             path: root.dir.bucket_path(bucket),
             error,
         })?;
+        root.flushed.dir();
     }
     Ok(())
 }
@@ -548,6 +579,7 @@ mod tests {
             direct,
             spares: None,
             file_mode: 0o600,
+            flushed: FlushCounter::default(),
         }
     }
 
@@ -560,6 +592,7 @@ mod tests {
             direct: false,
             spares: Some(spares),
             file_mode: 0o600,
+            flushed: FlushCounter::default(),
         }
     }
 

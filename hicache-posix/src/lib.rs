@@ -14,7 +14,7 @@ mod spare;
 mod threads;
 mod uring;
 
-pub use backend::{PosixBackend, RootInfo};
+pub use backend::{Flushes, PosixBackend, RootInfo};
 pub use config::{EngineChoice, PARAMS, PosixConfig, SyncMode};
 pub use fsinfo::{FALLBACK_ALIGN, FsInfo, fs_info, space};
 pub use inspect::{RootContents, inspect_root};

@@ -690,6 +690,13 @@ impl Driver {
                 let close_step = if synced { 3 } else { 2 };
                 let rename_step = close_step + 1;
                 let opened = res[0] >= 0;
+                // A step the chain cancelled reports -ECANCELED, so only real flushes count.
+                if synced && res[2] >= 0 {
+                    root.flushed.file();
+                }
+                if plan.sync == SyncMode::Full && res[rename_step + 1] >= 0 {
+                    root.flushed.dir();
+                }
                 if opened && res[close_step] < 0 {
                     self.drop_fixed(slot_id);
                 }

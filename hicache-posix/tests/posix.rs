@@ -1043,3 +1043,73 @@ async fn ten_thousand_pages_in_one_call() {
         }
     }
 }
+
+/// `sync` must reach the kernel: each level is checked by counting the flushes that returned
+/// success, per engine (a backend that never flushed would pass every read-back test).
+#[tokio::test]
+async fn sync_levels_flush_what_they_promise_on_both_engines() {
+    use hicache_posix::{Flushes, SyncMode};
+    const N: usize = 12;
+    for engine in ENGINES {
+        for (sync, expect) in [
+            (SyncMode::None, Flushes { files: 0, dirs: 0 }),
+            (
+                SyncMode::Data,
+                Flushes {
+                    files: N as u64,
+                    dirs: 0,
+                },
+            ),
+            (
+                SyncMode::Full,
+                Flushes {
+                    files: N as u64,
+                    dirs: N as u64,
+                },
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = PosixConfig {
+                dirs: vec![dir.path().to_path_buf()],
+                direct_io: false,
+                engine,
+                threads: 4,
+                queue_depth: 64,
+                sync,
+                spare_bytes: 1 << 30,
+                file_mode: 0o600,
+                dir_mode: 0o700,
+            };
+            let backend = Arc::new(PosixBackend::new(&cfg).unwrap());
+            let cache = HiCache::with_backend(
+                backend.clone(),
+                ConfigLoader::new().load().unwrap(),
+                HiCacheOptions::new(StorageIdentity::single("m")),
+            )
+            .unwrap();
+            let pool = Arc::new(MmapPool::new(geometry(Layout::PageFirst, 4, mha())).unwrap());
+            cache.register_pool(pool.clone()).unwrap();
+            let ks = keys("sync", N);
+            let pages: Vec<u64> = (0..N as u64).collect();
+            for &p in &pages {
+                fill(&pool, p, p as u8);
+            }
+            let label = format!("{} sync={sync:?}", engine_name(engine));
+            let done = cache
+                .batch_set(&ks, HostSlots::Pages(&pages))
+                .await
+                .unwrap();
+            assert!(done.iter().all(|r| r.is_ok()), "{label}: {done:?}");
+            assert_eq!(backend.flushes(), expect, "{label}");
+            let got = cache
+                .batch_get(&ks, HostSlots::Pages(&pages))
+                .await
+                .unwrap();
+            assert!(
+                got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))),
+                "{label}"
+            );
+            assert_eq!(backend.flushes(), expect, "{label}: reads flush nothing");
+        }
+    }
+}
