@@ -58,6 +58,7 @@ pub struct TrialEnv {
     plugin: String,
     capability: Capability,
     name_limit: Option<usize>,
+    cancel_ops: Option<u64>,
 }
 
 impl std::fmt::Debug for TrialEnv {
@@ -105,6 +106,7 @@ impl TrialEnv {
             plugin: plugin.to_string(),
             capability: Capability::default(),
             name_limit: None,
+            cancel_ops: None,
         };
         env.capability = env.backend()?.info().capability;
         Ok(env)
@@ -128,11 +130,13 @@ impl TrialEnv {
 
     /// Calls each cancellation workload makes at least (half of them under a timeout or
     /// `select!`; a workload continues up to 4× that until a quarter of it was dropped while
-    /// pending, when at least 1 call in 10 is): `HICACHE_TEST_CANCEL_OPS` when set, else 1000.
+    /// pending, when at least 1 call in 10 is): `HICACHE_TEST_CANCEL_OPS` when set, else the
+    /// variant's [`Suite::cancel_ops`], else 1000.
     pub fn cancel_ops(&self) -> u64 {
         std::env::var("HICACHE_TEST_CANCEL_OPS")
             .ok()
             .and_then(|v| v.parse().ok())
+            .or(self.cancel_ops)
             .unwrap_or(1000)
     }
 
@@ -212,6 +216,7 @@ struct Variant {
     root: Option<PathBuf>,
     factory: Factory,
     name_limit: Option<usize>,
+    cancel_ops: Option<u64>,
 }
 
 /// A plugin's conformance suite: every case of [`crate::cases::ALL`] for each variant.
@@ -255,6 +260,7 @@ impl Suite {
             root,
             factory: Arc::new(factory),
             name_limit: None,
+            cancel_ops: None,
         });
         self
     }
@@ -264,6 +270,17 @@ impl Suite {
     pub fn name_limit(mut self, limit: usize) -> Self {
         if let Some(v) = self.variants.last_mut() {
             v.name_limit = Some(limit);
+        }
+        self
+    }
+
+    /// Sets the fewest calls of each cancellation workload for the last added variant, for
+    /// storage where every call is a round trip to a slow test server: the workload still
+    /// runs on until a quarter of them were dropped while pending. `HICACHE_TEST_CANCEL_OPS`,
+    /// when set, wins over this.
+    pub fn cancel_ops(mut self, ops: u64) -> Self {
+        if let Some(v) = self.variants.last_mut() {
+            v.cancel_ops = Some(ops.max(1));
         }
         self
     }
@@ -292,6 +309,7 @@ impl Suite {
                 } else {
                     format!("conformance::{}::{}", v.name, case.name)
                 };
+                let cancel_ops = v.cancel_ops;
                 let (plugin, root, factory, runtime, case, name_limit) = (
                     self.plugin.clone(),
                     v.root.clone(),
@@ -300,11 +318,19 @@ impl Suite {
                     *case,
                     v.name_limit,
                 );
-                trials.push(Trial::ignorable_test(name, move || {
+                let report_time = std::env::var_os("HICACHE_TEST_TIMES").is_some();
+                trials.push(Trial::ignorable_test(name.clone(), move || {
+                    let started = std::time::Instant::now();
                     let mut env = TrialEnv::new(&plugin, root.as_deref(), factory)
                         .map_err(|e| Failed::from(format!("cannot set up the trial: {e}")))?;
                     env.name_limit = name_limit;
-                    match runtime.block_on((case.run)(&env)) {
+                    env.cancel_ops = cancel_ops;
+                    let outcome = runtime.block_on((case.run)(&env));
+                    if report_time {
+                        // On stderr so it never mixes with the result lines test runners parse.
+                        eprintln!("time: {name}: {:.2}s", started.elapsed().as_secs_f64());
+                    }
+                    match outcome {
                         Ok(()) => Ok(Completion::Completed),
                         Err(CaseError::Skipped(reason)) => Ok(Completion::ignored_with(reason)),
                         Err(CaseError::Failed(msg)) => Err(Failed::from(msg)),
@@ -346,6 +372,7 @@ impl Suite {
         let mut env = TrialEnv::new(&self.plugin, v.root.as_deref(), v.factory.clone())
             .map_err(|e| CaseError::Failed(e.to_string()))?;
         env.name_limit = v.name_limit;
+        env.cancel_ops = v.cancel_ops;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
