@@ -6,6 +6,7 @@ mod bench;
 mod breadth;
 mod crash;
 mod fuzz;
+mod mutants;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -18,6 +19,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::bench(&args[1..]),
         Some("crash") => crash::crash(&args[1..]),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
+        Some("mutants") => mutants::mutants(&args[1..]),
         Some("s3-servers") => s3_servers().map(drop),
         Some("sanitize") => sanitize(),
         Some("fmt") => fmt(),
@@ -46,6 +48,10 @@ fn print_help() {
          \x20      scrub [--kills N] [--json FILE] (default target/crash.json)\n\
          fuzz   libFuzzer targets (config, envelope, scrub, keys) built with nightly, from\n\
          \x20      the corpus in fuzz/corpus [--seconds N (default 60)] [--target NAME] [--json FILE]\n\
+         mutants  cargo-mutants on core's key, routing, envelope, pool and connector modules,
+         \x20      judged by core's tests and the conformance suite on the reference backend
+         \x20      [--file PATH]... [--re REGEX] [--shard K/N] [--timeout S] [--list]
+         \x20      (installs cargo-mutants into target/tools; summary in target/mutants.json)
          s3-servers  install the S3 test servers (moto in target/s3-venv, s3s-fs in target/s3s)\n\
          sanitize    Miri on core's memory, pool, envelope, key and routing tests; POSIX engine\n\
          \x20           tests under AddressSanitizer (installs nightly's miri and rust-src)\n\
@@ -95,6 +101,17 @@ fn ci() -> Result<(), String> {
     fmt.args(["fmt", "--all", "--", "--check"]);
     step("cargo fmt --check", fmt)?;
 
+    // moto installs on a thread while clippy runs; the OBJ tests need it later.
+    let moto_log = root().join("target").join("s3-venv-install.log");
+    std::fs::create_dir_all(root().join("target")).map_err(|e| format!("target dir: {e}"))?;
+    let moto_job = {
+        let log = moto_log.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            install_moto(Some(&log)).map(|p| (p, started.elapsed()))
+        })
+    };
+
     let mut clippy = cargo();
     clippy.args([
         "clippy",
@@ -126,7 +143,15 @@ fn ci() -> Result<(), String> {
     )?;
 
     // The OBJ tests run against real S3 servers; CI must have them, never skip them.
-    let (moto, s3s) = s3_servers()?;
+    let s3s = install_s3s()?;
+    let (moto, took) = moto_job
+        .join()
+        .map_err(|_| "the moto install thread panicked".to_string())??;
+    println!(
+        "<== moto installed beside clippy in {:.1}s (log: {})",
+        took.as_secs_f64(),
+        moto_log.display()
+    );
 
     let mut test = cargo();
     test.args(["test", "--workspace"])
@@ -315,18 +340,39 @@ fn sanitize() -> Result<(), String> {
 /// Installs (once) the S3 servers the OBJ tests run against; returns their binaries.
 /// Fails loudly when an install is impossible.
 fn s3_servers() -> Result<(PathBuf, PathBuf), String> {
-    let target = root().join("target");
-    let venv = target.join("s3-venv");
+    let moto = install_moto(None)?;
+    let s3s = install_s3s()?;
+    Ok((moto, s3s))
+}
+
+/// moto in `target/s3-venv`. With `log`, the steps write there instead of the terminal (CI
+/// installs it on a thread while clippy runs: pip mostly waits on the network).
+fn install_moto(log: Option<&Path>) -> Result<PathBuf, String> {
+    let venv = root().join("target").join("s3-venv");
     let moto = venv.join("bin").join("moto_server");
     if !moto.is_file() {
         let mut mk = Command::new("python3");
         mk.args(["-m", "venv"]).arg(&venv);
-        step("python3 -m venv target/s3-venv", mk)?;
         let mut pip = Command::new(venv.join("bin").join("pip"));
         pip.args(["install", "-q", "moto[server]==5.*"]);
-        step("pip install moto[server] (S3 test server)", pip)?;
+        for (name, cmd) in [
+            ("python3 -m venv target/s3-venv", mk),
+            ("pip install moto[server] (S3 test server)", pip),
+        ] {
+            match log {
+                None => step(name, cmd)?,
+                Some(log) => logged_step(name, cmd, log)?,
+            }
+        }
     }
-    let s3s = target.join("s3s").join("bin").join("s3s-fs");
+    installed(moto)
+}
+
+/// s3s-fs in `target/s3s`, built at opt-level 1: a test server needs correct answers, not
+/// LLVM's slowest passes, and its build is on CI's critical path.
+fn install_s3s() -> Result<PathBuf, String> {
+    let prefix = root().join("target").join("s3s");
+    let s3s = prefix.join("bin").join("s3s-fs");
     if !s3s.is_file() {
         let mut install = cargo();
         install
@@ -339,15 +385,46 @@ fn s3_servers() -> Result<(PathBuf, PathBuf), String> {
                 "binary",
                 "--root",
             ])
-            .arg(target.join("s3s"));
+            .arg(&prefix)
+            .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "1");
         step("cargo install s3s-fs 0.14.1 (S3 test server)", install)?;
     }
-    for bin in [&moto, &s3s] {
-        if !bin.is_file() {
-            return Err(format!("{} is missing after installation", bin.display()));
-        }
+    installed(s3s)
+}
+
+fn installed(bin: PathBuf) -> Result<PathBuf, String> {
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!("{} is missing after installation", bin.display()))
     }
-    Ok((moto, s3s))
+}
+
+/// Runs one step with its output appended to `log`; a failure quotes the log's end.
+fn logged_step(name: &str, mut cmd: Command, log: &Path) -> Result<(), String> {
+    let open = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| format!("{}: {e}", log.display()))
+    };
+    let status = cmd
+        .stdout(open()?)
+        .stderr(open()?)
+        .status()
+        .map_err(|e| format!("{name}: cannot start: {e}"))?;
+    if status.success() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(30).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    Err(format!(
+        "{name} failed ({status}); end of {}:\n{}",
+        log.display(),
+        tail.join("\n")
+    ))
 }
 
 #[derive(Default)]
