@@ -50,7 +50,7 @@ fn print_help() {
          \x20      the corpus in fuzz/corpus [--seconds N (default 60)] [--target NAME] [--json FILE]\n\
          mutants  cargo-mutants on core's key, routing, envelope, pool and connector modules,
          \x20      judged by core's tests and the conformance suite on the reference backend
-         \x20      [--file PATH]... [--re REGEX] [--shard K/N] [--timeout S] [--list]
+         \x20      [--file PATH]... [--re REGEX] [--shard K/N] [--iterate] [--list]
          \x20      (installs cargo-mutants into target/tools; summary in target/mutants.json)
          s3-servers  install the S3 test servers (moto in target/s3-venv, s3s-fs in target/s3s)\n\
          sanitize    Miri on core's memory, pool, envelope, key and routing tests; POSIX engine\n\
