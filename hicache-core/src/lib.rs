@@ -10,6 +10,7 @@ pub mod error;
 pub mod key;
 pub mod memory;
 pub mod memory_backend;
+pub mod params;
 pub mod pool;
 pub mod registry;
 pub mod routing;
@@ -32,11 +33,9 @@ pub use memory::{
     SourceSlice, TargetSlice,
 };
 pub use memory_backend::MemoryBackend;
+pub use params::{DeclaredParams, ParamKind, ParamSpec, ParamType, ParamValue, PluginParams};
 pub use pool::{AnchorPool, AttentionKind, Dtype, HostPool, Layout, MmapPool, PoolGeometry};
-pub use registry::{
-    ParamKind, ParamSpec, PluginContext, PluginDescriptor, PluginParams, PluginRegistry, Selection,
-    Verdict, priority,
-};
+pub use registry::{PluginContext, PluginDescriptor, PluginRegistry, Selection, Verdict, priority};
 
 #[doc(hidden)]
 pub mod __private {

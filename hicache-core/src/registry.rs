@@ -15,8 +15,10 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::backend::{BackendKind, DynBackend};
-use crate::config::{Config, PluginChoice, RawValue, Setting, Source, TOP_LEVEL_KEYS, parse_bool};
+use crate::config::{Config, PluginChoice};
 use crate::error::{Error, Result, closest_match};
+pub use crate::params::params_for;
+use crate::params::{ParamSpec, PluginParams};
 
 /// Default priorities (higher is tried first within a kind); SGLang's order.
 pub mod priority {
@@ -30,180 +32,6 @@ pub mod priority {
     pub const GDS: i32 = 100;
     /// Object storage.
     pub const OBJ: i32 = 100;
-}
-
-/// Type of a plugin parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ParamKind {
-    /// Strict boolean.
-    Bool,
-    /// Unsigned integer.
-    UInt,
-    /// Float.
-    Float,
-    /// Free text.
-    Str,
-    /// One of the listed strings (case-insensitive).
-    OneOf(&'static [&'static str]),
-}
-
-/// One parameter a plugin accepts.
-#[derive(Clone, Copy, Debug)]
-pub struct ParamSpec {
-    /// Name as written in config files.
-    pub name: &'static str,
-    /// Type.
-    pub kind: ParamKind,
-    /// A credential: never logged or shown.
-    pub secret: bool,
-    /// Standard environment variables read when the config does not set it (e.g.
-    /// `AWS_DEFAULT_BUCKET`); they rank below every config source.
-    pub env_fallback: &'static [&'static str],
-    /// One line of documentation.
-    pub doc: &'static str,
-}
-
-impl ParamSpec {
-    /// A plain (non-secret, no env fallback) parameter.
-    pub const fn new(name: &'static str, kind: ParamKind, doc: &'static str) -> Self {
-        ParamSpec {
-            name,
-            kind,
-            secret: false,
-            env_fallback: &[],
-            doc,
-        }
-    }
-
-    /// Marks the parameter as a credential.
-    pub const fn secret(mut self) -> Self {
-        self.secret = true;
-        self
-    }
-
-    /// Adds environment fallbacks.
-    pub const fn env(mut self, vars: &'static [&'static str]) -> Self {
-        self.env_fallback = vars;
-        self
-    }
-}
-
-/// A typed parameter value.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ParamValue {
-    /// Boolean.
-    Bool(bool),
-    /// Unsigned integer.
-    UInt(u64),
-    /// Float.
-    Float(f64),
-    /// Text (also the value of `OneOf`, lower-cased).
-    Str(String),
-}
-
-impl fmt::Display for ParamValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ParamValue::Bool(b) => write!(f, "{b}"),
-            ParamValue::UInt(i) => write!(f, "{i}"),
-            ParamValue::Float(x) => write!(f, "{x}"),
-            ParamValue::Str(s) => f.write_str(s),
-        }
-    }
-}
-
-/// The validated parameters of one plugin. `Debug` and `Display` redact secrets.
-#[derive(Clone, Default)]
-pub struct PluginParams {
-    values: Vec<(&'static ParamSpec, Setting<ParamValue>)>,
-}
-
-impl fmt::Debug for PluginParams {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self}")
-    }
-}
-
-impl fmt::Display for PluginParams {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("{")?;
-        for (i, (spec, s)) in self.values.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            if spec.secret {
-                write!(f, "{}=***", spec.name)?;
-            } else {
-                write!(f, "{}={}", spec.name, s.value)?;
-            }
-        }
-        f.write_str("}")
-    }
-}
-
-impl PluginParams {
-    fn get(&self, name: &str) -> Option<&ParamValue> {
-        self.values
-            .iter()
-            .find(|(s, _)| s.name == name)
-            .map(|(_, v)| &v.value)
-    }
-
-    /// A boolean parameter, if set.
-    pub fn bool(&self, name: &str) -> Option<bool> {
-        match self.get(name) {
-            Some(ParamValue::Bool(b)) => Some(*b),
-            _ => None,
-        }
-    }
-
-    /// An unsigned parameter, if set.
-    pub fn uint(&self, name: &str) -> Option<u64> {
-        match self.get(name) {
-            Some(ParamValue::UInt(i)) => Some(*i),
-            _ => None,
-        }
-    }
-
-    /// A float parameter, if set.
-    pub fn float(&self, name: &str) -> Option<f64> {
-        match self.get(name) {
-            Some(ParamValue::Float(x)) => Some(*x),
-            Some(ParamValue::UInt(i)) => Some(*i as f64),
-            _ => None,
-        }
-    }
-
-    /// A text parameter, if set.
-    pub fn str(&self, name: &str) -> Option<&str> {
-        match self.get(name) {
-            Some(ParamValue::Str(s)) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// Where a parameter came from.
-    pub fn source(&self, name: &str) -> Option<&Source> {
-        self.values
-            .iter()
-            .find(|(s, _)| s.name == name)
-            .map(|(_, v)| &v.source)
-    }
-
-    /// Every parameter as (name, rendered value or `***`, source).
-    pub fn entries(&self) -> Vec<(String, String, Source)> {
-        self.values
-            .iter()
-            .map(|(spec, s)| {
-                let shown = if spec.secret {
-                    "***".to_string()
-                } else {
-                    s.value.to_string()
-                };
-                (spec.name.to_string(), shown, s.source.clone())
-            })
-            .collect()
-    }
 }
 
 /// What a probe found.
@@ -550,121 +378,6 @@ fn probe_one(p: &PluginDescriptor, config: &Config) -> Verdict {
     }
 }
 
-/// The validated parameters of `plugin`: its `[plugin.<name>]` section, plus flat-form
-/// parameters, plus environment fallbacks. Unknown names are errors with a suggestion.
-pub fn params_for(plugin: &PluginDescriptor, config: &Config) -> Result<PluginParams> {
-    let mut out = PluginParams::default();
-    let section = config.section(plugin.name);
-    let given = section
-        .into_iter()
-        .flat_map(|s| s.params.iter())
-        .chain(config.flat_params.iter());
-    for (name, setting) in given {
-        let Some(spec) = plugin.params.iter().find(|s| s.name == name) else {
-            let candidates = plugin
-                .params
-                .iter()
-                .map(|s| s.name)
-                .chain(TOP_LEVEL_KEYS.iter().copied());
-            return Err(Error::UnknownConfigKey {
-                key: name.to_string(),
-                context: format!(
-                    "parameters of plugin {} (accepted: {})",
-                    plugin.name,
-                    plugin
-                        .params
-                        .iter()
-                        .map(|s| s.name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                suggestion: closest_match(name, candidates),
-            });
-        };
-        if out.values.iter().any(|(s, _)| s.name == spec.name) {
-            continue; // the plugin section wins over the flat form
-        }
-        let value = typed(spec, &setting.value, &setting.source)?;
-        out.values.push((
-            spec,
-            Setting {
-                value,
-                source: setting.source.clone(),
-                overridden: Vec::new(),
-            },
-        ));
-    }
-    for spec in plugin.params {
-        if out.values.iter().any(|(s, _)| s.name == spec.name) {
-            continue;
-        }
-        for var in spec.env_fallback {
-            if let Some(v) = config.env_var(var) {
-                let source = Source::Env(var.to_string());
-                let value = typed(spec, &RawValue::Str(v.to_string()), &source)?;
-                out.values.push((
-                    spec,
-                    Setting {
-                        value,
-                        source,
-                        overridden: Vec::new(),
-                    },
-                ));
-                break;
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn typed(spec: &ParamSpec, raw: &RawValue, source: &Source) -> Result<ParamValue> {
-    let shown = if spec.secret {
-        "***".to_string()
-    } else {
-        raw.to_string()
-    };
-    let bad = |want: &str| {
-        Error::invalid_config(
-            spec.name,
-            source.to_string(),
-            format!("`{shown}` is not {want}"),
-        )
-    };
-    Ok(match (spec.kind, raw) {
-        (ParamKind::Bool, RawValue::Bool(b)) => ParamValue::Bool(*b),
-        (ParamKind::Bool, RawValue::Str(s)) => {
-            ParamValue::Bool(parse_bool(s).ok_or_else(|| bad("a boolean (true/false)"))?)
-        }
-        (ParamKind::Bool, RawValue::Int(i @ (0 | 1))) => ParamValue::Bool(*i == 1),
-        (ParamKind::Bool, _) => return Err(bad("a boolean (true/false)")),
-        (ParamKind::UInt, RawValue::Int(i)) if *i >= 0 => ParamValue::UInt(*i as u64),
-        (ParamKind::UInt, RawValue::Str(s)) => ParamValue::UInt(
-            s.trim()
-                .parse()
-                .map_err(|_| bad("a non-negative integer"))?,
-        ),
-        (ParamKind::UInt, _) => return Err(bad("a non-negative integer")),
-        (ParamKind::Float, RawValue::Float(x)) => ParamValue::Float(*x),
-        (ParamKind::Float, RawValue::Int(i)) => ParamValue::Float(*i as f64),
-        (ParamKind::Float, RawValue::Str(s)) => {
-            ParamValue::Float(s.trim().parse().map_err(|_| bad("a number"))?)
-        }
-        (ParamKind::Float, _) => return Err(bad("a number")),
-        (ParamKind::Str, RawValue::Str(s)) => ParamValue::Str(s.clone()),
-        (ParamKind::Str, _) => return Err(bad("a string")),
-        (ParamKind::OneOf(allowed), RawValue::Str(s)) => {
-            let lower = s.to_ascii_lowercase();
-            if !allowed.contains(&lower.as_str()) {
-                return Err(bad(&format!("one of {}", allowed.join(", "))));
-            }
-            ParamValue::Str(lower)
-        }
-        (ParamKind::OneOf(allowed), _) => {
-            return Err(bad(&format!("one of {}", allowed.join(", "))));
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -688,12 +401,15 @@ mod tests {
         ))
     }
 
-    const PARAMS: &[ParamSpec] = &[
-        ParamSpec::new("use_uring", ParamKind::Bool, "io_uring"),
-        ParamSpec::new("bucket", ParamKind::Str, "bucket").env(&["AWS_DEFAULT_BUCKET"]),
-        ParamSpec::new("secret_key", ParamKind::Str, "secret").secret(),
-        ParamSpec::new("mode", ParamKind::OneOf(&["dram", "dram_zc"]), "mode"),
-    ];
+    crate::plugin_params! {
+        struct FakeParams {
+            use_uring: Bool = "use_uring" => "io_uring";
+            bucket: Str = "bucket" => "bucket", env(&["AWS_DEFAULT_BUCKET"]);
+            secret_key: Str = "secret_key" => "secret", secret;
+            mode: OneOf["dram", "dram_zc"] = "mode" => "mode";
+        }
+    }
+    const PARAMS: &[ParamSpec] = FakeParams::SPECS;
 
     macro_rules! fake {
         ($id:ident, $name:literal, $kind:ident, $prio:expr, $probe:ident, $build:ident) => {
@@ -833,13 +549,16 @@ mod tests {
             .load()
             .unwrap();
         let s = r.select(&cfg).unwrap();
-        assert_eq!(s.params.bool("use_uring"), Some(false));
-        assert_eq!(s.params.str("bucket"), Some("envbucket"));
+        let p = FakeParams::from_params(&s.params);
+        assert!(!p.use_uring.unwrap().value);
+        let bucket = p.bucket.unwrap();
+        assert_eq!(bucket.value, "envbucket");
         assert_eq!(
-            s.params.source("bucket"),
-            Some(&Source::Env("AWS_DEFAULT_BUCKET".into()))
+            bucket.source,
+            crate::config::Source::Env("AWS_DEFAULT_BUCKET".into())
         );
-        assert_eq!(s.params.str("mode"), Some("dram_zc"));
+        assert_eq!(p.mode.unwrap().value, "dram_zc");
+        assert_eq!(p.secret_key.unwrap().value, "hunter2");
         assert!(!s.summary().contains("hunter2"));
         assert!(!format!("{:?}", s.params).contains("hunter2"));
 
@@ -852,8 +571,11 @@ mod tests {
             .load()
             .unwrap();
         assert_eq!(
-            r.select(&cfg).unwrap().params.str("bucket"),
-            Some("cfg"),
+            FakeParams::from_params(&r.select(&cfg).unwrap().params)
+                .bucket
+                .unwrap()
+                .value,
+            "cfg",
             "config beats the env fallback"
         );
 

@@ -3,123 +3,60 @@
 use std::fmt;
 use std::time::Duration;
 
-use hicache_core::{Error, ParamKind, ParamSpec, PluginContext, Result};
+use hicache_core::config::Setting;
+use hicache_core::{Error, ParamSpec, PluginContext, Result};
 
 use crate::NAME;
 
+hicache_core::plugin_params! {
+    /// Parameters accepted in `[plugin.obj]` (NIXL's OBJ names are accepted as aliases).
+    pub struct ObjParams {
+        url: Str = "url"
+            => "store URL instead of S3 settings: memory:// or file:///path (embedded use), s3://bucket[/prefix]";
+        bucket: Str = "bucket" => "S3 bucket (required for S3)", env(&["AWS_DEFAULT_BUCKET"]);
+        endpoint: Str = "endpoint" => "endpoint URL override, e.g. http://127.0.0.1:9000",
+            env(&["AWS_ENDPOINT_URL"]);
+        endpoint_override: Str = "endpoint_override" => "NIXL alias of endpoint";
+        region: Str = "region" => "region (default us-east-1)",
+            env(&["AWS_REGION", "AWS_DEFAULT_REGION"]);
+        scheme: OneOf["http", "https"] = "scheme"
+            => "scheme when the endpoint has none; http allows plain HTTP";
+        allow_http: Bool = "allow_http"
+            => "allow plain-HTTP endpoints (default: true when the endpoint or scheme is http)";
+        access_key: Str = "access_key" => "access key id", secret, env(&["AWS_ACCESS_KEY_ID"]);
+        secret_key: Str = "secret_key" => "secret access key", secret,
+            env(&["AWS_SECRET_ACCESS_KEY"]);
+        secrete_key: Str = "secrete_key" => "NIXL's spelling of secret_key", secret;
+        session_token: Str = "session_token" => "session token", secret,
+            env(&["AWS_SESSION_TOKEN"]);
+        anonymous: Bool = "anonymous"
+            => "send unsigned requests, for public buckets (default false; object_store client only)";
+        virtual_hosted: Bool = "virtual_hosted"
+            => "virtual-hosted-style requests (default false: path style)";
+        use_virtual_addressing: Bool = "use_virtual_addressing" => "NIXL alias of virtual_hosted";
+        request_timeout_ms: UInt = "request_timeout_ms" => "per-request timeout (default 30000)";
+        retries: UInt = "retries" => "retries of a failed request, with backoff (default 3)";
+        retry_backoff_ms: UInt = "retry_backoff_ms" => "first retry backoff, doubling (default 100)";
+        max_concurrency: UInt = "max_concurrency" => "requests in flight per batch (default 32)";
+        num_threads: UInt = "num_threads" => "NIXL alias of max_concurrency";
+        multipart_threshold: UInt = "multipart_threshold"
+            => "objects above this many bytes upload in parts (default 64 MiB)";
+        part_size: UInt = "part_size"
+            => "bytes per multipart part (default 16 MiB; S3 wants >= 5 MiB)";
+        key_prefix: Str = "key_prefix" => "prefix (namespace) of every object key";
+        conditional_create: Bool = "conditional_create"
+            => "create objects with If-None-Match: * (default true)";
+        client: OneOf["object_store", "aws-sdk"] = "client"
+            => "S3 client: object_store (default) or aws-sdk (needs the `aws-sdk` feature)";
+        throughput_target_gbps: Float = "throughput_target_gbps"
+            => "NIXL/AWS-CRT tuning; accepted and ignored (no CRT client here)";
+        crt_min_limit: UInt = "crtMinLimit"
+            => "NIXL/AWS-CRT tuning; accepted and ignored (no CRT client here)";
+    }
+}
+
 /// Parameters accepted in `[plugin.obj]` (NIXL's OBJ names are accepted as aliases).
-pub const PARAMS: &[ParamSpec] = &[
-    ParamSpec::new(
-        "url",
-        ParamKind::Str,
-        "store URL instead of S3 settings: memory:// or file:///path (embedded use), s3://bucket[/prefix]",
-    ),
-    ParamSpec::new("bucket", ParamKind::Str, "S3 bucket (required for S3)")
-        .env(&["AWS_DEFAULT_BUCKET"]),
-    ParamSpec::new(
-        "endpoint",
-        ParamKind::Str,
-        "endpoint URL override, e.g. http://127.0.0.1:9000",
-    )
-    .env(&["AWS_ENDPOINT_URL"]),
-    ParamSpec::new(
-        "endpoint_override",
-        ParamKind::Str,
-        "NIXL alias of endpoint",
-    ),
-    ParamSpec::new("region", ParamKind::Str, "region (default us-east-1)")
-        .env(&["AWS_REGION", "AWS_DEFAULT_REGION"]),
-    ParamSpec::new(
-        "scheme",
-        ParamKind::OneOf(&["http", "https"]),
-        "scheme when the endpoint has none; http allows plain HTTP",
-    ),
-    ParamSpec::new(
-        "allow_http",
-        ParamKind::Bool,
-        "allow plain-HTTP endpoints (default: true when the endpoint or scheme is http)",
-    ),
-    ParamSpec::new("access_key", ParamKind::Str, "access key id")
-        .secret()
-        .env(&["AWS_ACCESS_KEY_ID"]),
-    ParamSpec::new("secret_key", ParamKind::Str, "secret access key")
-        .secret()
-        .env(&["AWS_SECRET_ACCESS_KEY"]),
-    ParamSpec::new(
-        "secrete_key",
-        ParamKind::Str,
-        "NIXL's spelling of secret_key",
-    )
-    .secret(),
-    ParamSpec::new("session_token", ParamKind::Str, "session token")
-        .secret()
-        .env(&["AWS_SESSION_TOKEN"]),
-    ParamSpec::new(
-        "virtual_hosted",
-        ParamKind::Bool,
-        "virtual-hosted-style requests (default false: path style)",
-    ),
-    ParamSpec::new(
-        "use_virtual_addressing",
-        ParamKind::Bool,
-        "NIXL alias of virtual_hosted",
-    ),
-    ParamSpec::new(
-        "request_timeout_ms",
-        ParamKind::UInt,
-        "per-request timeout (default 30000)",
-    ),
-    ParamSpec::new(
-        "retries",
-        ParamKind::UInt,
-        "retries of a failed request, with backoff (default 3)",
-    ),
-    ParamSpec::new(
-        "retry_backoff_ms",
-        ParamKind::UInt,
-        "first retry backoff, doubling (default 100)",
-    ),
-    ParamSpec::new(
-        "max_concurrency",
-        ParamKind::UInt,
-        "requests in flight per batch (default 32)",
-    ),
-    ParamSpec::new(
-        "num_threads",
-        ParamKind::UInt,
-        "NIXL alias of max_concurrency",
-    ),
-    ParamSpec::new(
-        "multipart_threshold",
-        ParamKind::UInt,
-        "objects above this many bytes upload in parts (default 64 MiB)",
-    ),
-    ParamSpec::new(
-        "part_size",
-        ParamKind::UInt,
-        "bytes per multipart part (default 16 MiB; S3 wants >= 5 MiB)",
-    ),
-    ParamSpec::new(
-        "key_prefix",
-        ParamKind::Str,
-        "prefix (namespace) of every object key",
-    ),
-    ParamSpec::new(
-        "conditional_create",
-        ParamKind::Bool,
-        "create objects with If-None-Match: * (default true)",
-    ),
-    ParamSpec::new(
-        "throughput_target_gbps",
-        ParamKind::Float,
-        "NIXL/AWS-CRT tuning; accepted and ignored (no CRT client here)",
-    ),
-    ParamSpec::new(
-        "crtMinLimit",
-        ParamKind::UInt,
-        "NIXL/AWS-CRT tuning; accepted and ignored (no CRT client here)",
-    ),
-];
+pub const PARAMS: &[ParamSpec] = ObjParams::SPECS;
 
 /// Which S3 client talks to the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,42 +183,38 @@ impl ObjConfig {
 
     /// Reads the plugin context.
     pub fn from_context(ctx: &PluginContext<'_>) -> Result<Self> {
-        let p = ctx.params;
-        let invalid = |key: &str, reason: String| {
-            Error::invalid_config(
-                key,
-                p.source(key)
-                    .map(ToString::to_string)
-                    .unwrap_or_else(|| NAME.into()),
-                reason,
-            )
-        };
-        for ignored in ["throughput_target_gbps", "crtMinLimit"] {
-            if p.source(ignored).is_some() {
+        let p = ObjParams::from_params(ctx.params);
+        let invalid =
+            |key: &str, source: String, reason: String| Error::invalid_config(key, source, reason);
+        for (name, given) in [
+            ("throughput_target_gbps", p.throughput_target_gbps.is_some()),
+            ("crtMinLimit", p.crt_min_limit.is_some()),
+        ] {
+            if given {
                 tracing::warn!(
-                    param = ignored,
+                    param = name,
                     "tunes NIXL's AWS CRT client, which hicache does not use; ignored"
                 );
             }
         }
-        let mut cfg = match p.str("url") {
-            Some(url) => from_url(url).map_err(|r| invalid("url", r))?,
+        let text = |s: &Option<Setting<String>>| s.as_ref().map(|s| s.value.clone());
+        let flag = |s: &Option<Setting<bool>>| s.as_ref().map(|s| s.value);
+        let mut cfg = match &p.url {
+            Some(url) => {
+                from_url(&url.value).map_err(|r| invalid("url", url.source.to_string(), r))?
+            }
             None => {
-                let bucket = p.str("bucket").unwrap_or_default().to_string();
+                let bucket = text(&p.bucket).unwrap_or_default();
                 if bucket.is_empty() {
                     return Err(Error::InvalidConfig {
                         key: "bucket".into(),
-                        source_desc: p.source("bucket").map(ToString::to_string).unwrap_or_else(|| "not set".into()),
+                        source_desc: source_or(&p.bucket, "not set"),
                         reason: "the OBJ plugin needs a bucket".into(),
                         hint: Some("set [plugin.obj] bucket = \"...\" or AWS_DEFAULT_BUCKET, or url = \"memory://\" for an in-process store".into()),
                     });
                 }
-                let mut endpoint = p
-                    .str("endpoint")
-                    .or(p.str("endpoint_override"))
-                    .map(str::to_string);
-                let scheme = p.str("scheme");
-                if let (Some(e), Some(s)) = (&endpoint, scheme)
+                let mut endpoint = text(&p.endpoint).or(text(&p.endpoint_override));
+                if let (Some(e), Some(s)) = (&endpoint, text(&p.scheme))
                     && !e.contains("://")
                 {
                     endpoint = Some(format!("{s}://{e}"));
@@ -300,83 +233,94 @@ impl ObjConfig {
             ..
         } = &mut cfg.target
         {
-            if let Some(r) = p.str("region") {
-                *region = r.to_string();
+            if let Some(r) = text(&p.region) {
+                *region = r;
             }
             let http_endpoint = endpoint
                 .as_deref()
                 .is_some_and(|e| e.starts_with("http://"));
-            *allow_http = p
-                .bool("allow_http")
-                .unwrap_or(http_endpoint || p.str("scheme") == Some("http"));
+            *allow_http = flag(&p.allow_http)
+                .unwrap_or(http_endpoint || text(&p.scheme).as_deref() == Some("http"));
             if http_endpoint && !*allow_http {
                 return Err(invalid(
                     "allow_http",
+                    source_or(&p.allow_http, NAME),
                     "the endpoint is plain HTTP but allow_http is false".into(),
                 ));
             }
-            *access_key = p.str("access_key").map(str::to_string);
-            *secret_key = p
-                .str("secret_key")
-                .or(p.str("secrete_key"))
-                .map(str::to_string);
-            *session_token = p.str("session_token").map(str::to_string);
+            *access_key = text(&p.access_key);
+            *secret_key = text(&p.secret_key).or(text(&p.secrete_key));
+            *session_token = text(&p.session_token);
             if access_key.is_some() != secret_key.is_some() {
                 return Err(invalid(
                     "access_key/secret_key",
+                    source_or(&p.access_key, NAME),
                     "give both the access key and the secret key, or neither".into(),
                 ));
             }
-            *virtual_hosted = p
-                .bool("virtual_hosted")
-                .or(p.bool("use_virtual_addressing"))
+            *virtual_hosted = flag(&p.virtual_hosted)
+                .or(flag(&p.use_virtual_addressing))
                 .unwrap_or(false);
         }
-        if let Some(prefix) = p.str("key_prefix") {
-            if prefix.contains("..") || prefix.starts_with('/') {
+        if let Some(prefix) = &p.key_prefix {
+            if prefix.value.contains("..") || prefix.value.starts_with('/') {
                 return Err(invalid(
                     "key_prefix",
-                    format!("`{prefix}` must be relative and contain no `..`"),
+                    prefix.source.to_string(),
+                    format!("`{}` must be relative and contain no `..`", prefix.value),
                 ));
             }
-            cfg.key_prefix = prefix.trim_end_matches('/').to_string();
+            cfg.key_prefix = prefix.value.trim_end_matches('/').to_string();
         }
-        if let Some(ms) = p.uint("request_timeout_ms") {
-            cfg.request_timeout = Duration::from_millis(ms.max(1));
+        if let Some(ms) = &p.request_timeout_ms {
+            cfg.request_timeout = Duration::from_millis(ms.value.max(1));
         }
-        if let Some(n) = p.uint("retries") {
-            cfg.retries = n as usize;
+        if let Some(n) = &p.retries {
+            cfg.retries = n.value as usize;
         }
-        if let Some(ms) = p.uint("retry_backoff_ms") {
-            cfg.retry_backoff = Duration::from_millis(ms.max(1));
+        if let Some(ms) = &p.retry_backoff_ms {
+            cfg.retry_backoff = Duration::from_millis(ms.value.max(1));
         }
-        if let Some(n) = p.uint("max_concurrency").or(p.uint("num_threads")) {
-            if n == 0 || n > 4096 {
+        if let Some(n) = p.max_concurrency.as_ref().or(p.num_threads.as_ref()) {
+            if n.value == 0 || n.value > 4096 {
                 return Err(invalid(
                     "max_concurrency",
-                    format!("{n} is outside 1..=4096"),
+                    n.source.to_string(),
+                    format!("{} is outside 1..=4096", n.value),
                 ));
             }
-            cfg.max_concurrency = n as usize;
+            cfg.max_concurrency = n.value as usize;
         }
-        if let Some(n) = p.uint("multipart_threshold") {
-            cfg.multipart_threshold = n;
+        if let Some(n) = &p.multipart_threshold {
+            cfg.multipart_threshold = n.value;
         }
-        if let Some(n) = p.uint("part_size") {
-            if n < 5 << 20 {
+        if let Some(n) = &p.part_size {
+            if n.value < 5 << 20 {
                 return Err(invalid(
                     "part_size",
-                    format!("{n} bytes is below S3's 5 MiB minimum part size"),
+                    n.source.to_string(),
+                    format!("{} bytes is below S3's 5 MiB minimum part size", n.value),
                 ));
             }
-            cfg.part_size = n;
+            cfg.part_size = n.value;
         }
-        if let Some(b) = p.bool("conditional_create") {
+        if let Some(b) = flag(&p.conditional_create) {
             cfg.conditional_create = b;
         }
-        cfg.anonymous = p.bool("anonymous").unwrap_or(false);
-        if p.str("client") == Some("aws-sdk") {
+        cfg.anonymous = flag(&p.anonymous).unwrap_or(false);
+        if text(&p.client).as_deref() == Some("aws-sdk") {
             cfg.client = ClientKind::AwsSdk;
+            if cfg.anonymous {
+                return Err(Error::InvalidConfig {
+                    key: "anonymous".into(),
+                    source_desc: source_or(&p.anonymous, NAME),
+                    reason: "the aws-sdk client signs every request".into(),
+                    hint: Some(
+                        "use client = \"object_store\" for unsigned requests, or give credentials"
+                            .into(),
+                    ),
+                });
+            }
         }
         Ok(cfg)
     }
@@ -423,4 +367,12 @@ fn from_url(url: &str) -> std::result::Result<ObjConfig, String> {
         ));
     }
     Ok(cfg)
+}
+
+/// Where a parameter came from, or `otherwise` when it was not given.
+fn source_or<T>(given: &Option<Setting<T>>, otherwise: &str) -> String {
+    given
+        .as_ref()
+        .map(|s| s.source.to_string())
+        .unwrap_or_else(|| otherwise.into())
 }

@@ -8,7 +8,7 @@ mod probe;
 mod sdk;
 
 pub use backend::ObjBackend;
-pub use config::{ClientKind, ObjConfig, PARAMS, Target};
+pub use config::{ClientKind, ObjConfig, ObjParams, PARAMS, Target};
 
 use hicache_core::{BackendKind, DynBackend, PluginContext, PluginDescriptor, Result, priority};
 

@@ -2,63 +2,36 @@
 
 use std::path::PathBuf;
 
-use hicache_core::{Error, ParamKind, ParamSpec, PluginContext, Result};
+use hicache_core::config::Setting;
+use hicache_core::{Error, ParamSpec, PluginContext, Result};
 
 use crate::NAME;
 
+hicache_core::plugin_params! {
+    /// Parameters accepted in `[plugin.posix]` (or the flat form).
+    pub struct PosixParams {
+        engine: OneOf["auto", "uring", "threads"] = "engine"
+            => "I/O engine: io_uring, a thread pool, or auto (io_uring when the kernel allows it)";
+        threads: UInt = "threads"
+            => "I/O threads of the thread-pool engine (default: 16 on block filesystems, one per CPU on tmpfs/ramfs)";
+        queue_depth: UInt = "queue_depth" => "io_uring submission queue entries (default 256)";
+        sync: OneOf["none", "data", "full"] = "sync"
+            => "what a write flushes before it returns: none (survives a process kill; default), data (fdatasync the file before publishing it), full (data, then fsync the bucket dir after the rename: the new object survives power loss)";
+        spare_bytes: UInt = "spare_bytes"
+            => "bytes of replaced or removed object files kept per dir for reuse (default 2 GiB with enveloped pages; 0 turns recycling off; raw pages never recycle)";
+        file_mode: UInt = "file_mode"
+            => "permission bits of page files (default 0o600: pages come from users' prompts; the umask still applies)";
+        dir_mode: UInt = "dir_mode" => "permission bits of the dirs hicache creates (default 0o700)";
+        use_uring: Bool = "use_uring" => "NIXL compatibility: true means engine = uring";
+        use_aio: Bool = "use_aio"
+            => "NIXL compatibility: accepted; Linux AIO is served by the thread-pool engine";
+        use_posix_aio: Bool = "use_posix_aio"
+            => "NIXL compatibility: accepted; POSIX AIO is served by the thread-pool engine";
+    }
+}
+
 /// Parameters accepted in `[plugin.posix]` (or the flat form).
-pub const PARAMS: &[ParamSpec] = &[
-    ParamSpec::new(
-        "engine",
-        ParamKind::OneOf(&["auto", "uring", "threads"]),
-        "I/O engine: io_uring, a thread pool, or auto (io_uring when the kernel allows it)",
-    ),
-    ParamSpec::new(
-        "threads",
-        ParamKind::UInt,
-        "I/O threads of the thread-pool engine (default: 16 on block filesystems, one per CPU on tmpfs/ramfs)",
-    ),
-    ParamSpec::new(
-        "queue_depth",
-        ParamKind::UInt,
-        "io_uring submission queue entries (default 256)",
-    ),
-    ParamSpec::new(
-        "sync",
-        ParamKind::OneOf(&["none", "data", "full"]),
-        "what a write flushes before it returns: none (survives a process kill; default), data (fdatasync the file before publishing it), full (data, then fsync the bucket dir after the rename: the new object survives power loss)",
-    ),
-    ParamSpec::new(
-        "spare_bytes",
-        ParamKind::UInt,
-        "bytes of replaced or removed object files kept per dir for reuse (default 2 GiB with enveloped pages; 0 turns recycling off; raw pages never recycle)",
-    ),
-    ParamSpec::new(
-        "file_mode",
-        ParamKind::UInt,
-        "permission bits of page files (default 0o600: pages come from users' prompts; the umask still applies)",
-    ),
-    ParamSpec::new(
-        "dir_mode",
-        ParamKind::UInt,
-        "permission bits of the dirs hicache creates (default 0o700)",
-    ),
-    ParamSpec::new(
-        "use_uring",
-        ParamKind::Bool,
-        "NIXL compatibility: true means engine = uring",
-    ),
-    ParamSpec::new(
-        "use_aio",
-        ParamKind::Bool,
-        "NIXL compatibility: accepted; Linux AIO is served by the thread-pool engine",
-    ),
-    ParamSpec::new(
-        "use_posix_aio",
-        ParamKind::Bool,
-        "NIXL compatibility: accepted; POSIX AIO is served by the thread-pool engine",
-    ),
-];
+pub const PARAMS: &[ParamSpec] = PosixParams::SPECS;
 
 /// Which engine runs I/O.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -123,16 +96,12 @@ pub(crate) const DEFAULT_DIR_MODE: u32 = 0o700;
 impl PosixConfig {
     /// Reads the plugin context.
     pub fn from_context(ctx: &PluginContext<'_>) -> Result<Self> {
-        let p = ctx.params;
-        let mut engine = match p.str("engine") {
-            Some("uring") => EngineChoice::Uring,
-            Some("threads") => EngineChoice::Threads,
-            _ => EngineChoice::Auto,
-        };
+        let p = PosixParams::from_params(ctx.params);
+        let value = |s: &Option<Setting<bool>>| s.as_ref().is_some_and(|s| s.value);
         let nixl_modes = [
-            p.bool("use_uring").unwrap_or(false),
-            p.bool("use_aio").unwrap_or(false),
-            p.bool("use_posix_aio").unwrap_or(false),
+            value(&p.use_uring),
+            value(&p.use_aio),
+            value(&p.use_posix_aio),
         ];
         if nixl_modes.iter().filter(|b| **b).count() > 1 {
             return Err(Error::invalid_config(
@@ -141,51 +110,71 @@ impl PosixConfig {
                 "these NIXL modes are mutually exclusive",
             ));
         }
-        if p.str("engine").is_none() {
-            if nixl_modes[0] {
-                engine = EngineChoice::Uring;
-            } else if nixl_modes[1] || nixl_modes[2] {
-                engine = EngineChoice::Threads;
+        let engine = match p.engine.as_ref().map(|s| s.value.as_str()) {
+            Some("uring") => EngineChoice::Uring,
+            Some("threads") => EngineChoice::Threads,
+            Some(_) => EngineChoice::Auto,
+            None if nixl_modes[0] => EngineChoice::Uring,
+            None if nixl_modes[1] || nixl_modes[2] => EngineChoice::Threads,
+            None => EngineChoice::Auto,
+        };
+        let threads = match &p.threads {
+            None => 0,
+            Some(s) if (1..=1024).contains(&s.value) => s.value,
+            Some(s) => {
+                return Err(Error::invalid_config(
+                    "threads",
+                    s.source.to_string(),
+                    format!("{} is outside 1..=1024", s.value),
+                ));
             }
-        }
-        let threads = p.uint("threads").unwrap_or(0);
-        if threads > 1024 || (threads == 0 && p.uint("threads").is_some()) {
-            return Err(Error::invalid_config(
-                "threads",
-                source(ctx, "threads"),
-                format!("{threads} is outside 1..=1024"),
-            ));
-        }
-        let queue_depth = p.uint("queue_depth").unwrap_or(256);
-        if !(8..=4096).contains(&queue_depth) || !queue_depth.is_power_of_two() {
-            return Err(Error::invalid_config(
-                "queue_depth",
-                source(ctx, "queue_depth"),
-                format!("{queue_depth} is not a power of two in 8..=4096"),
-            ));
-        }
-        let mode = |name: &str, default: u32| -> Result<u32> {
-            match p.uint(name) {
+        };
+        let queue_depth = match &p.queue_depth {
+            None => 256,
+            Some(s) if (8..=4096).contains(&s.value) && s.value.is_power_of_two() => s.value,
+            Some(s) => {
+                return Err(Error::invalid_config(
+                    "queue_depth",
+                    s.source.to_string(),
+                    format!("{} is not a power of two in 8..=4096", s.value),
+                ));
+            }
+        };
+        let mode = |name: &str, given: &Option<Setting<u64>>, default: u32| -> Result<u32> {
+            match given {
                 None => Ok(default),
-                Some(m) if m <= 0o777 && m & 0o600 == 0o600 => Ok(m as u32),
-                Some(m) => Err(Error::invalid_config(
+                Some(s) if s.value <= 0o777 && s.value & 0o600 == 0o600 => Ok(s.value as u32),
+                Some(s) => Err(Error::invalid_config(
                     name,
-                    source(ctx, name),
+                    s.source.to_string(),
                     format!(
-                        "{m:#o} is not permission bits that leave the owner read and write access (0o600..=0o777)"
+                        "{:#o} is not permission bits that leave the owner read and write access (0o600..=0o777)",
+                        s.value
                     ),
                 )),
             }
         };
-        let file_mode = mode("file_mode", DEFAULT_FILE_MODE)?;
-        let dir_mode = mode("dir_mode", DEFAULT_DIR_MODE)?;
+        let file_mode = mode("file_mode", &p.file_mode, DEFAULT_FILE_MODE)?;
+        let dir_mode = mode("dir_mode", &p.dir_mode, DEFAULT_DIR_MODE)?;
         if dir_mode & 0o100 == 0 {
             return Err(Error::invalid_config(
                 "dir_mode",
-                source(ctx, "dir_mode"),
+                source(&p.dir_mode),
                 format!("{dir_mode:#o} leaves the owner no search (x) permission on its own dirs"),
             ));
         }
+        let spare_bytes = match (&p.spare_bytes, ctx.config.page_format.value) {
+            (Some(s), hicache_core::PageFormat::Envelope) => s.value,
+            (Some(s), hicache_core::PageFormat::Raw) if s.value > 0 => {
+                return Err(Error::invalid_config(
+                    "spare_bytes",
+                    s.source.to_string(),
+                    "recycling files needs enveloped pages (page_format = \"envelope\"): a raw page read while its file is reused could not be told from a torn one",
+                ));
+            }
+            (_, hicache_core::PageFormat::Raw) => 0,
+            (None, hicache_core::PageFormat::Envelope) => 2 << 30,
+        };
         Ok(PosixConfig {
             file_mode,
             dir_mode,
@@ -194,30 +183,20 @@ impl PosixConfig {
             engine,
             threads: threads as usize,
             queue_depth: queue_depth as u32,
-            sync: match p.str("sync") {
+            sync: match p.sync.as_ref().map(|s| s.value.as_str()) {
                 Some("data") => SyncMode::Data,
                 Some("full") => SyncMode::Full,
                 _ => SyncMode::None,
             },
-            spare_bytes: match (p.uint("spare_bytes"), ctx.config.page_format.value) {
-                (Some(n), hicache_core::PageFormat::Envelope) => n,
-                (Some(n), hicache_core::PageFormat::Raw) if n > 0 => {
-                    return Err(Error::invalid_config(
-                        "spare_bytes",
-                        source(ctx, "spare_bytes"),
-                        "recycling files needs enveloped pages (page_format = \"envelope\"): a raw page read while its file is reused could not be told from a torn one",
-                    ));
-                }
-                (_, hicache_core::PageFormat::Raw) => 0,
-                (None, hicache_core::PageFormat::Envelope) => 2 << 30,
-            },
+            spare_bytes,
         })
     }
 }
 
-fn source(ctx: &PluginContext<'_>, name: &str) -> String {
-    ctx.params
-        .source(name)
-        .map(ToString::to_string)
+/// Where a parameter came from, or the plugin's name when it was not given.
+fn source<T>(given: &Option<Setting<T>>) -> String {
+    given
+        .as_ref()
+        .map(|s| s.source.to_string())
         .unwrap_or_else(|| NAME.into())
 }

@@ -15,7 +15,7 @@ mod threads;
 mod uring;
 
 pub use backend::{Flushes, PosixBackend, RootInfo};
-pub use config::{EngineChoice, PARAMS, PosixConfig, SyncMode};
+pub use config::{EngineChoice, PARAMS, PosixConfig, PosixParams, SyncMode};
 pub use fsinfo::{FALLBACK_ALIGN, FsInfo, fs_info, space};
 pub use inspect::{RootContents, inspect_root};
 pub use probe::{DirProbe, DirProblem, probe_dir};

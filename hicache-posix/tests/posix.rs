@@ -1113,3 +1113,12 @@ async fn sync_levels_flush_what_they_promise_on_both_engines() {
         }
     }
 }
+
+/// Every parameter the POSIX plugin declares is accepted from a config file and reaches
+/// the typed struct it reads.
+#[test]
+fn every_declared_parameter_reaches_the_plugin() {
+    hicache_testkit::params::check_declared_params::<hicache_posix::PosixParams>(
+        &hicache_posix::DESCRIPTOR,
+    );
+}

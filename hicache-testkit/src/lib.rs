@@ -6,6 +6,7 @@ pub mod cases;
 pub mod check;
 pub mod fault;
 pub mod fixtures;
+pub mod params;
 pub mod s3;
 mod suite;
 

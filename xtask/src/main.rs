@@ -183,6 +183,8 @@ fn ci() -> Result<(), String> {
         "aws-sdk",
         "--test",
         "conformance",
+        "--test",
+        "config",
         "--",
         "aws_sdk",
     ])

@@ -1,0 +1,521 @@
+//! Plugin parameters: one declaration per plugin yields the parameter table that config
+//! validation, `hicache plugins` and the config reference show, and the typed struct the
+//! plugin reads. A plugin reads its parameters only through that struct, so a parameter
+//! it reads but does not declare cannot compile.
+//!
+//! ```
+//! hicache_core::plugin_params! {
+//!     /// Parameters of the ACME plugin.
+//!     pub struct AcmeParams {
+//!         depth: UInt = "depth" => "requests in flight (default 8)";
+//!         mode: OneOf["fast", "safe"] = "mode" => "write mode";
+//!         token: Str = "token" => "API token", secret, env(&["ACME_TOKEN"]);
+//!     }
+//! }
+//! assert_eq!(AcmeParams::SPECS.len(), 3);
+//! assert!(AcmeParams::SPECS[2].secret);
+//! let unset = AcmeParams::from_params(&Default::default());
+//! assert!(unset.depth.is_none());
+//! ```
+
+use std::fmt;
+
+use crate::config::{Config, RawValue, Setting, Source, TOP_LEVEL_KEYS, parse_bool};
+use crate::error::{Error, Result, closest_match};
+use crate::registry::PluginDescriptor;
+
+/// Type of a plugin parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    /// Strict boolean.
+    Bool,
+    /// Unsigned integer.
+    UInt,
+    /// Float.
+    Float,
+    /// Free text.
+    Str,
+    /// One of the listed strings (case-insensitive).
+    OneOf(&'static [&'static str]),
+}
+
+/// One parameter a plugin accepts.
+#[derive(Clone, Copy, Debug)]
+pub struct ParamSpec {
+    /// Name as written in config files.
+    pub name: &'static str,
+    /// Type.
+    pub kind: ParamKind,
+    /// A credential: never logged or shown.
+    pub secret: bool,
+    /// Standard environment variables read when the config does not set it (e.g.
+    /// `AWS_DEFAULT_BUCKET`); they rank below every config source.
+    pub env_fallback: &'static [&'static str],
+    /// One line of documentation.
+    pub doc: &'static str,
+}
+
+impl ParamSpec {
+    /// A plain (non-secret, no env fallback) parameter.
+    pub const fn new(name: &'static str, kind: ParamKind, doc: &'static str) -> Self {
+        ParamSpec {
+            name,
+            kind,
+            secret: false,
+            env_fallback: &[],
+            doc,
+        }
+    }
+
+    /// Marks the parameter as a credential.
+    pub const fn secret(mut self) -> Self {
+        self.secret = true;
+        self
+    }
+
+    /// Adds environment fallbacks.
+    pub const fn env(mut self, vars: &'static [&'static str]) -> Self {
+        self.env_fallback = vars;
+        self
+    }
+}
+
+/// A typed parameter value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ParamValue {
+    /// Boolean.
+    Bool(bool),
+    /// Unsigned integer.
+    UInt(u64),
+    /// Float.
+    Float(f64),
+    /// Text (also the value of `OneOf`, lower-cased).
+    Str(String),
+}
+
+impl fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamValue::Bool(b) => write!(f, "{b}"),
+            ParamValue::UInt(i) => write!(f, "{i}"),
+            ParamValue::Float(x) => write!(f, "{x}"),
+            ParamValue::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The validated parameters of one plugin. `Debug` and `Display` redact secrets.
+#[derive(Clone, Default)]
+pub struct PluginParams {
+    values: Vec<(&'static ParamSpec, Setting<ParamValue>)>,
+}
+
+impl fmt::Debug for PluginParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl fmt::Display for PluginParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("{")?;
+        for (i, (spec, s)) in self.values.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            if spec.secret {
+                write!(f, "{}=***", spec.name)?;
+            } else {
+                write!(f, "{}={}", spec.name, s.value)?;
+            }
+        }
+        f.write_str("}")
+    }
+}
+
+impl PluginParams {
+    /// The value of `name` as `T`, with its provenance; `None` when unset. Called by the
+    /// code [`plugin_params!`](crate::plugin_params) generates, which only names declared
+    /// parameters: plugins read their typed struct, never names.
+    #[doc(hidden)]
+    pub fn __typed<T: ParamType>(&self, name: &str) -> Option<Setting<T>> {
+        let (_, s) = self.values.iter().find(|(spec, _)| spec.name == name)?;
+        Some(Setting {
+            value: T::from_value(&s.value)?,
+            source: s.source.clone(),
+            overridden: s.overridden.clone(),
+        })
+    }
+
+    /// Where a parameter came from.
+    pub fn source(&self, name: &str) -> Option<&Source> {
+        self.values
+            .iter()
+            .find(|(s, _)| s.name == name)
+            .map(|(_, v)| &v.source)
+    }
+
+    /// Every parameter as (name, rendered value or `***`, source).
+    pub fn entries(&self) -> Vec<(String, String, Source)> {
+        self.values
+            .iter()
+            .map(|(spec, s)| {
+                let shown = if spec.secret {
+                    "***".to_string()
+                } else {
+                    s.value.to_string()
+                };
+                (spec.name.to_string(), shown, s.source.clone())
+            })
+            .collect()
+    }
+}
+
+/// The validated parameters of `plugin`: its `[plugin.<name>]` section, plus flat-form
+/// parameters, plus environment fallbacks. Unknown names are errors with a suggestion.
+pub fn params_for(plugin: &PluginDescriptor, config: &Config) -> Result<PluginParams> {
+    let mut out = PluginParams::default();
+    let section = config.section(plugin.name);
+    let given = section
+        .into_iter()
+        .flat_map(|s| s.params.iter())
+        .chain(config.flat_params.iter());
+    for (name, setting) in given {
+        let Some(spec) = plugin.params.iter().find(|s| s.name == name) else {
+            let candidates = plugin
+                .params
+                .iter()
+                .map(|s| s.name)
+                .chain(TOP_LEVEL_KEYS.iter().copied());
+            return Err(Error::UnknownConfigKey {
+                key: name.to_string(),
+                context: format!(
+                    "parameters of plugin {} (accepted: {})",
+                    plugin.name,
+                    plugin
+                        .params
+                        .iter()
+                        .map(|s| s.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                suggestion: closest_match(name, candidates),
+            });
+        };
+        if out.values.iter().any(|(s, _)| s.name == spec.name) {
+            continue; // the plugin section wins over the flat form
+        }
+        let value = typed(spec, &setting.value, &setting.source)?;
+        out.values.push((
+            spec,
+            Setting {
+                value,
+                source: setting.source.clone(),
+                overridden: Vec::new(),
+            },
+        ));
+    }
+    for spec in plugin.params {
+        if out.values.iter().any(|(s, _)| s.name == spec.name) {
+            continue;
+        }
+        for var in spec.env_fallback {
+            if let Some(v) = config.env_var(var) {
+                let source = Source::Env(var.to_string());
+                let value = typed(spec, &RawValue::Str(v.to_string()), &source)?;
+                out.values.push((
+                    spec,
+                    Setting {
+                        value,
+                        source,
+                        overridden: Vec::new(),
+                    },
+                ));
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn typed(spec: &ParamSpec, raw: &RawValue, source: &Source) -> Result<ParamValue> {
+    let shown = if spec.secret {
+        "***".to_string()
+    } else {
+        raw.to_string()
+    };
+    let bad = |want: &str| {
+        Error::invalid_config(
+            spec.name,
+            source.to_string(),
+            format!("`{shown}` is not {want}"),
+        )
+    };
+    Ok(match (spec.kind, raw) {
+        (ParamKind::Bool, RawValue::Bool(b)) => ParamValue::Bool(*b),
+        (ParamKind::Bool, RawValue::Str(s)) => {
+            ParamValue::Bool(parse_bool(s).ok_or_else(|| bad("a boolean (true/false)"))?)
+        }
+        (ParamKind::Bool, RawValue::Int(i @ (0 | 1))) => ParamValue::Bool(*i == 1),
+        (ParamKind::Bool, _) => return Err(bad("a boolean (true/false)")),
+        (ParamKind::UInt, RawValue::Int(i)) if *i >= 0 => ParamValue::UInt(*i as u64),
+        (ParamKind::UInt, RawValue::Str(s)) => ParamValue::UInt(
+            s.trim()
+                .parse()
+                .map_err(|_| bad("a non-negative integer"))?,
+        ),
+        (ParamKind::UInt, _) => return Err(bad("a non-negative integer")),
+        (ParamKind::Float, RawValue::Float(x)) => ParamValue::Float(*x),
+        (ParamKind::Float, RawValue::Int(i)) => ParamValue::Float(*i as f64),
+        (ParamKind::Float, RawValue::Str(s)) => {
+            ParamValue::Float(s.trim().parse().map_err(|_| bad("a number"))?)
+        }
+        (ParamKind::Float, _) => return Err(bad("a number")),
+        (ParamKind::Str, RawValue::Str(s)) => ParamValue::Str(s.clone()),
+        (ParamKind::Str, _) => return Err(bad("a string")),
+        (ParamKind::OneOf(allowed), RawValue::Str(s)) => {
+            let lower = s.to_ascii_lowercase();
+            if !allowed.contains(&lower.as_str()) {
+                return Err(bad(&format!("one of {}", allowed.join(", "))));
+            }
+            ParamValue::Str(lower)
+        }
+        (ParamKind::OneOf(allowed), _) => {
+            return Err(bad(&format!("one of {}", allowed.join(", "))));
+        }
+    })
+}
+
+/// The Rust type a [`ParamKind`] is read as (`bool`, `u64`, `f64`, `String`).
+pub trait ParamType: Sized {
+    /// The value as this type, `None` when the kinds differ.
+    fn from_value(value: &ParamValue) -> Option<Self>;
+}
+
+impl ParamType for bool {
+    fn from_value(value: &ParamValue) -> Option<Self> {
+        match value {
+            ParamValue::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+}
+
+impl ParamType for u64 {
+    fn from_value(value: &ParamValue) -> Option<Self> {
+        match value {
+            ParamValue::UInt(i) => Some(*i),
+            _ => None,
+        }
+    }
+}
+
+impl ParamType for f64 {
+    fn from_value(value: &ParamValue) -> Option<Self> {
+        match value {
+            ParamValue::Float(x) => Some(*x),
+            ParamValue::UInt(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+}
+
+impl ParamType for String {
+    fn from_value(value: &ParamValue) -> Option<Self> {
+        match value {
+            ParamValue::Str(s) => Some(s.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// What [`plugin_params!`] implements for the struct it declares.
+pub trait DeclaredParams: Sized {
+    /// Every parameter, in declaration order.
+    const SPECS: &'static [ParamSpec];
+    /// The declared parameters out of validated `params`.
+    fn from_params(params: &PluginParams) -> Self;
+    /// The names of the parameters that are set.
+    fn given(&self) -> Vec<&'static str>;
+}
+
+/// Declares a plugin's parameters once: the table ([`ParamSpec`]s, as `SPECS`) and a struct
+/// with one `Option<Setting<T>>` field per parameter, filled by `from_params`.
+///
+/// Each line is `field: Kind = "name" => "doc"` with optional flags after a comma:
+/// `secret` (a credential: never shown) and `env(&["VAR", ...])` (environment fallbacks).
+/// `Kind` is `Bool` (`bool`), `UInt` (`u64`), `Float` (`f64`), `Str` (`String`) or
+/// `OneOf["a", "b"]` (`String`, lower-cased). See the [module docs](crate::params).
+#[macro_export]
+macro_rules! plugin_params {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            $(
+                $field:ident : $kind:ident $([$($choice:literal),+ $(,)?])? = $key:literal
+                    => $doc:literal $(, $flag:ident $(($($arg:expr),*))?)* ;
+            )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Default)]
+        $vis struct $name {
+            $(
+                #[doc = $doc]
+                $vis $field: ::std::option::Option<
+                    $crate::config::Setting<$crate::plugin_params!(@type $kind)>,
+                >,
+            )+
+        }
+
+        impl $name {
+            /// Every parameter, as config validation and `hicache plugins` show them.
+            $vis const SPECS: &'static [$crate::params::ParamSpec] = &[
+                $(
+                    $crate::params::ParamSpec::new(
+                        $key,
+                        $crate::plugin_params!(@kind $kind $([$($choice),+])?),
+                        $doc,
+                    ) $(.$flag($($($arg),*)?))*,
+                )+
+            ];
+
+            /// The declared parameters out of validated `params`. Parameters the config
+            /// does not set are `None`.
+            $vis fn from_params(params: &$crate::params::PluginParams) -> Self {
+                $name {
+                    $($field: params.__typed($key),)+
+                }
+            }
+        }
+
+        impl $crate::params::DeclaredParams for $name {
+            const SPECS: &'static [$crate::params::ParamSpec] = $name::SPECS;
+
+            fn from_params(params: &$crate::params::PluginParams) -> Self {
+                $name::from_params(params)
+            }
+
+            fn given(&self) -> ::std::vec::Vec<&'static str> {
+                let mut given = ::std::vec::Vec::new();
+                $(
+                    if self.$field.is_some() {
+                        given.push($key);
+                    }
+                )+
+                given
+            }
+        }
+
+        /// Secret parameters show as `***`.
+        impl ::std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                let mut out = f.debug_struct(stringify!($name));
+                let mut specs = Self::SPECS.iter();
+                $(
+                    let secret = specs.next().is_some_and(|spec| spec.secret);
+                    match &self.$field {
+                        Some(_) if secret => out.field(stringify!($field), &"***"),
+                        given => out.field(stringify!($field), given),
+                    };
+                )+
+                out.finish()
+            }
+        }
+    };
+    (@type Bool) => { bool };
+    (@type UInt) => { u64 };
+    (@type Float) => { f64 };
+    (@type Str) => { ::std::string::String };
+    (@type OneOf) => { ::std::string::String };
+    (@kind OneOf [$($choice:literal),+]) => { $crate::params::ParamKind::OneOf(&[$($choice),+]) };
+    (@kind $kind:ident) => { $crate::params::ParamKind::$kind };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendKind;
+    use crate::config::ConfigLoader;
+    use crate::registry::Verdict;
+
+    crate::plugin_params! {
+        /// Every kind once.
+        struct Demo {
+            flag: Bool = "flag" => "a flag";
+            depth: UInt = "depth" => "a count";
+            rate: Float = "rate" => "a rate";
+            name: Str = "name" => "a name", env(&["DEMO_NAME"]);
+            mode: OneOf["fast", "safe"] = "mode" => "a mode";
+            token: Str = "token" => "a token", secret;
+        }
+    }
+
+    fn unusable(_: &crate::registry::PluginContext<'_>) -> Verdict {
+        Verdict::unusable("test", "none")
+    }
+    fn no_build(_: &crate::registry::PluginContext<'_>) -> Result<crate::backend::DynBackend> {
+        Err(Error::backend("DEMO", "test"))
+    }
+    static DEMO: PluginDescriptor = PluginDescriptor {
+        name: "DEMO",
+        kind: BackendKind::File,
+        priority: 0,
+        summary: "test",
+        params: Demo::SPECS,
+        probe: unusable,
+        build: no_build,
+    };
+
+    #[test]
+    fn the_declaration_yields_table_and_typed_struct() {
+        assert_eq!(
+            Demo::SPECS.iter().map(|s| s.name).collect::<Vec<_>>(),
+            ["flag", "depth", "rate", "name", "mode", "token"]
+        );
+        assert_eq!(Demo::SPECS[4].kind, ParamKind::OneOf(&["fast", "safe"]));
+        assert!(Demo::SPECS[5].secret && !Demo::SPECS[3].secret);
+        assert_eq!(Demo::SPECS[3].env_fallback, ["DEMO_NAME"]);
+        assert_eq!(Demo::SPECS[1].doc, "a count");
+
+        let config = ConfigLoader::new()
+            .extra_config(
+                r#"{"plugin":{"demo":{"active":true,"flag":true,"depth":7,"rate":1.5,"mode":"SAFE","token":"t"}}}"#,
+            )
+            .env(crate::config::EnvSnapshot::from_pairs([("DEMO_NAME", "n")]))
+            .load()
+            .unwrap();
+        let params = params_for(&DEMO, &config).unwrap();
+        let demo = Demo::from_params(&params);
+        assert!(demo.flag.unwrap().value);
+        assert_eq!(demo.depth.unwrap().value, 7);
+        assert_eq!(demo.rate.unwrap().value, 1.5);
+        assert_eq!(demo.mode.unwrap().value, "safe");
+        assert_eq!(demo.token.unwrap().value, "t");
+        let name = demo.name.unwrap();
+        assert_eq!(
+            (name.value.as_str(), name.source),
+            ("n", Source::Env("DEMO_NAME".into()))
+        );
+        assert!(Demo::from_params(&PluginParams::default()).flag.is_none());
+        let shown = format!("{:?}", Demo::from_params(&params));
+        assert!(
+            shown.contains("token: \"***\"") && shown.contains("\"safe\""),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn undeclared_and_mistyped_parameters_are_errors() {
+        let load = |json: &str| {
+            let config = ConfigLoader::new().extra_config(json).load().unwrap();
+            params_for(&DEMO, &config).unwrap_err().to_string()
+        };
+        let e = load(r#"{"plugin":{"demo":{"active":true,"dpeth":7}}}"#);
+        assert!(e.contains("dpeth") && e.contains("depth"), "{e}");
+        let e = load(r#"{"plugin":{"demo":{"active":true,"mode":"slow"}}}"#);
+        assert!(e.contains("one of fast, safe"), "{e}");
+        let e = load(r#"{"plugin":{"demo":{"active":true,"token":7}}}"#);
+        assert!(e.contains("***") && !e.contains('7'), "{e}");
+    }
+}

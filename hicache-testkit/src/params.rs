@@ -1,0 +1,114 @@
+//! A plugin's declared parameters, checked from a config file: each one is accepted and
+//! reaches the typed struct the plugin reads. With [`plugin_params!`](hicache_core::plugin_params)
+//! a plugin reads nothing it has not declared; this check closes the other direction.
+
+use hicache_core::params::{DeclaredParams, ParamKind};
+use hicache_core::registry::params_for;
+use hicache_core::{ConfigLoader, EnvSnapshot, PluginDescriptor};
+
+/// Sets every parameter in `plugin`'s table in a config file (a value of its kind) and
+/// fails unless each one is accepted and read back by `P`, the typed parameters the plugin
+/// reads (declared with [`plugin_params!`](hicache_core::plugin_params)), with secrets
+/// redacted in `P`'s `Debug`.
+///
+/// # Panics
+/// When a parameter is refused or not read back, or a secret one is shown.
+pub fn check_declared_params<P: DeclaredParams + std::fmt::Debug>(plugin: &PluginDescriptor) {
+    let mut toml = format!(
+        "[plugin.{}]\nactive = true\n",
+        plugin.name.to_ascii_lowercase()
+    );
+    for spec in plugin.params {
+        let value = match spec.kind {
+            ParamKind::Bool => "true".to_string(),
+            ParamKind::UInt => "4096".to_string(),
+            ParamKind::Float => "1.5".to_string(),
+            ParamKind::Str => "\"v\"".to_string(),
+            ParamKind::OneOf(choices) => format!("\"{}\"", choices[0]),
+        };
+        toml += &format!("\"{}\" = {value}\n", spec.name);
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("hicache.toml");
+    std::fs::write(&path, &toml).expect("write the config file");
+    let config = ConfigLoader::new()
+        .file(&path)
+        .env(EnvSnapshot::from_pairs([]))
+        .load()
+        .unwrap_or_else(|e| panic!("{}: {e}\n{toml}", plugin.name));
+    let params = params_for(plugin, &config)
+        .unwrap_or_else(|e| panic!("{} refuses its own parameters: {e}\n{toml}", plugin.name));
+    assert_eq!(params.entries().len(), plugin.params.len(), "{toml}");
+    let read = P::from_params(&params);
+    let unread: Vec<&str> = plugin
+        .params
+        .iter()
+        .map(|s| s.name)
+        .filter(|name| !read.given().contains(name))
+        .collect();
+    assert!(
+        unread.is_empty(),
+        "{}: declared but not read back: {unread:?}",
+        plugin.name
+    );
+    let shown = format!("{read:?}");
+    let secrets = plugin.params.iter().filter(|s| s.secret).count();
+    assert_eq!(
+        shown.matches("\"***\"").count(),
+        secrets,
+        "{}: secrets must show as \"***\": {shown}",
+        plugin.name
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use hicache_core::params::ParamSpec;
+    use hicache_core::{BackendKind, DynBackend, PluginContext, Result, Verdict};
+
+    use super::*;
+
+    hicache_core::plugin_params! {
+        struct Read {
+            depth: UInt = "depth" => "read by the plugin";
+            token: Str = "token" => "a credential", secret;
+        }
+    }
+
+    fn probe(_: &PluginContext<'_>) -> Verdict {
+        Verdict::unusable("test", "none")
+    }
+    fn build(_: &PluginContext<'_>) -> Result<DynBackend> {
+        Err(hicache_core::Error::backend("TEST", "test"))
+    }
+
+    /// The table has a parameter the typed struct does not read: the check must fail.
+    const WIDER: &[ParamSpec] = &[
+        Read::SPECS[0],
+        Read::SPECS[1],
+        ParamSpec::new("client", ParamKind::Str, "declared, never read"),
+    ];
+
+    fn descriptor(params: &'static [ParamSpec]) -> PluginDescriptor {
+        PluginDescriptor {
+            name: "TEST",
+            kind: BackendKind::File,
+            priority: 0,
+            summary: "test",
+            params,
+            probe,
+            build,
+        }
+    }
+
+    #[test]
+    fn a_plugin_that_reads_its_table_passes() {
+        check_declared_params::<Read>(&descriptor(Read::SPECS));
+    }
+
+    #[test]
+    #[should_panic(expected = "declared but not read back: [\"client\"]")]
+    fn a_parameter_declared_and_never_read_fails() {
+        check_declared_params::<Read>(&descriptor(WIDER));
+    }
+}
