@@ -272,6 +272,30 @@ mod tests {
         back.check_identity(&h).unwrap();
     }
 
+    /// Every field keeps all its bits (a flag in the high byte, the smallest valid header
+    /// length), and the format's names are what configs and reports spell.
+    #[test]
+    fn fields_round_trip_at_their_edges() {
+        for (flags, header_len) in [(0x0100, HEADER_FIELDS_LEN as u64), (0xffff, 4096)] {
+            let h = Header {
+                flags,
+                header_len,
+                ..header()
+            };
+            let mut buf = vec![0; 4096];
+            buf[..HEADER_FIELDS_LEN].copy_from_slice(&h.encode());
+            assert_eq!(Header::decode(&buf), Ok(h));
+        }
+        let short = Header {
+            header_len: HEADER_FIELDS_LEN as u64 - 1,
+            ..header()
+        };
+        assert!(Header::decode(&short.encode()).is_err());
+        assert_eq!(PageFormat::Envelope.to_string(), "envelope");
+        assert_eq!(PageFormat::Raw.to_string(), "raw");
+        assert_eq!(format!("{:?}", PayloadHasher::default()), "PayloadHasher");
+    }
+
     #[test]
     fn every_single_bit_flip_in_fields_is_detected() {
         let h = header();

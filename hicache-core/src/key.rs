@@ -403,6 +403,90 @@ mod tests {
     }
 
     #[test]
+    fn object_keys_compare_and_hash_by_name() {
+        use std::collections::HashSet;
+        let a = ObjectKey::new("page-1.ns").unwrap();
+        let same = ObjectKey::concat(&["page-1", ".ns"]).unwrap();
+        let other = ObjectKey::new("page-2.ns").unwrap();
+        assert_eq!(a, same);
+        assert_ne!(a, other);
+        let set: HashSet<ObjectKey> = [a.clone(), same, other.clone()].into_iter().collect();
+        assert_eq!(set.len(), 2);
+        assert!(set.contains(&a) && set.contains(&other));
+        assert_eq!(a.to_string(), "page-1.ns");
+        assert_eq!(format!("{a:?}"), "\"page-1.ns\"");
+        let key = PageKey::new("abc").unwrap();
+        assert_eq!(
+            (key.to_string(), format!("{key:?}")),
+            ("abc".into(), "\"abc\"".into())
+        );
+    }
+
+    #[test]
+    fn identities_need_every_rank_below_its_size() {
+        assert!(StorageIdentity::single("m").validate().is_ok());
+        let ok = StorageIdentity {
+            tp_rank: 3,
+            tp_size: 4,
+            pp_rank: 1,
+            pp_size: 2,
+            cp_rank: 0,
+            cp_size: 2,
+            ..StorageIdentity::single("m")
+        };
+        assert!(ok.validate().is_ok());
+        let bad = [
+            StorageIdentity {
+                tp_rank: 4,
+                ..ok.clone()
+            },
+            StorageIdentity {
+                tp_size: 0,
+                tp_rank: 0,
+                ..ok.clone()
+            },
+            StorageIdentity {
+                pp_rank: 2,
+                ..ok.clone()
+            },
+            StorageIdentity {
+                pp_size: 0,
+                pp_rank: 0,
+                ..ok.clone()
+            },
+            StorageIdentity {
+                cp_rank: 2,
+                ..ok.clone()
+            },
+            StorageIdentity {
+                cp_size: 0,
+                ..ok.clone()
+            },
+        ];
+        for (identity, part) in bad.iter().zip(["tp", "tp", "pp", "pp", "cp", "cp"]) {
+            let e = identity.validate().unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{part}_rank/{part}_size")),
+                "{identity:?}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn namers_and_namespaces_say_what_they_are() {
+        let identity = StorageIdentity::single("m");
+        let geometry = mha(Layout::PageFirst);
+        let ns = Namespace::new(&identity, &geometry);
+        assert_eq!(format!("{ns:?}"), format!("Namespace({})", ns.short_hex()));
+        for scheme in [NamingScheme::Hicache, NamingScheme::Sglang] {
+            let namer = ObjectNamer::new(scheme, &ns, &identity, &geometry.attention());
+            assert_eq!(namer.scheme(), scheme);
+        }
+        assert_eq!(NamingScheme::Hicache.to_string(), "hicache");
+        assert_eq!(NamingScheme::Sglang.to_string(), "sglang");
+    }
+
+    #[test]
     fn key_validation_rejects_escapes() {
         assert!(PageKey::new("a".repeat(64)).is_ok());
         for bad in [
