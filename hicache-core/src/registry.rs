@@ -98,8 +98,26 @@ pub struct PluginContext<'a> {
     pub params: &'a PluginParams,
 }
 
-/// A statically known plugin.
+/// A statically known plugin, built with [`PluginDescriptor::new`] (fields may be added
+/// without breaking plugins):
+///
+/// ```
+/// # use hicache_core::{BackendKind, DynBackend, PluginContext, PluginDescriptor, Result, Verdict};
+/// # fn probe(_: &PluginContext<'_>) -> Verdict { Verdict::unusable("no device", "none") }
+/// # fn build(_: &PluginContext<'_>) -> Result<DynBackend> { unreachable!() }
+/// hicache_core::plugin_params! {
+///     pub struct AcmeParams {
+///         depth: UInt = "depth" => "requests in flight";
+///     }
+/// }
+/// pub static DESCRIPTOR: PluginDescriptor =
+///     PluginDescriptor::new("ACME", BackendKind::File, "ACME's storage", probe, build)
+///         .with_priority(50)
+///         .with_params(AcmeParams::SPECS);
+/// assert_eq!(DESCRIPTOR.params.len(), 1);
+/// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct PluginDescriptor {
     /// Name (matched case-insensitively), e.g. `POSIX`.
     pub name: &'static str,
@@ -115,6 +133,40 @@ pub struct PluginDescriptor {
     pub probe: fn(&PluginContext<'_>) -> Verdict,
     /// Builds a backend.
     pub build: fn(&PluginContext<'_>) -> Result<DynBackend>,
+}
+
+impl PluginDescriptor {
+    /// A plugin of priority 0 with no parameters.
+    pub const fn new(
+        name: &'static str,
+        kind: BackendKind,
+        summary: &'static str,
+        probe: fn(&PluginContext<'_>) -> Verdict,
+        build: fn(&PluginContext<'_>) -> Result<DynBackend>,
+    ) -> Self {
+        PluginDescriptor {
+            name,
+            kind,
+            priority: 0,
+            summary,
+            params: &[],
+            probe,
+            build,
+        }
+    }
+
+    /// With this priority (higher is tried first within a kind; see [`priority`]).
+    pub const fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// With these parameters (usually `MyParams::SPECS` from
+    /// [`plugin_params!`](crate::plugin_params)).
+    pub const fn with_params(mut self, params: &'static [ParamSpec]) -> Self {
+        self.params = params;
+        self
+    }
 }
 
 /// Wrapper collected by inventory.

@@ -16,15 +16,15 @@ use hicache_core::{BackendKind, DynBackend, PluginContext, PluginDescriptor, Res
 pub const NAME: &str = "OBJ";
 
 /// The OBJ plugin.
-pub static DESCRIPTOR: PluginDescriptor = PluginDescriptor {
-    name: NAME,
-    kind: BackendKind::Object,
-    priority: priority::OBJ,
-    summary: "S3-compatible object storage (object_store), memory:// and file:// for embedded use",
-    params: PARAMS,
-    probe: probe::probe,
+pub static DESCRIPTOR: PluginDescriptor = PluginDescriptor::new(
+    NAME,
+    BackendKind::Object,
+    "S3-compatible object storage (object_store), memory:// and file:// for embedded use",
+    probe::probe,
     build,
-};
+)
+.with_priority(priority::OBJ)
+.with_params(PARAMS);
 
 hicache_core::register_plugin!(DESCRIPTOR);
 

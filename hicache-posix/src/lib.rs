@@ -26,15 +26,15 @@ use hicache_core::{BackendKind, DynBackend, PluginContext, PluginDescriptor, Res
 pub const NAME: &str = "POSIX";
 
 /// The POSIX plugin.
-pub static DESCRIPTOR: PluginDescriptor = PluginDescriptor {
-    name: NAME,
-    kind: BackendKind::File,
-    priority: priority::POSIX,
-    summary: "files on a local or shared filesystem, O_DIRECT, atomic publish",
-    params: PARAMS,
-    probe: probe::probe,
+pub static DESCRIPTOR: PluginDescriptor = PluginDescriptor::new(
+    NAME,
+    BackendKind::File,
+    "files on a local or shared filesystem, O_DIRECT, atomic publish",
+    probe::probe,
     build,
-};
+)
+.with_priority(priority::POSIX)
+.with_params(PARAMS);
 
 hicache_core::register_plugin!(DESCRIPTOR);
 

@@ -90,15 +90,7 @@ mod tests {
     ];
 
     fn descriptor(params: &'static [ParamSpec]) -> PluginDescriptor {
-        PluginDescriptor {
-            name: "TEST",
-            kind: BackendKind::File,
-            priority: 0,
-            summary: "test",
-            params,
-            probe,
-            build,
-        }
+        PluginDescriptor::new("TEST", BackendKind::File, "test", probe, build).with_params(params)
     }
 
     #[test]
