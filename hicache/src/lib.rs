@@ -3,10 +3,6 @@
 
 pub use hicache_core::*;
 
-pub mod bench;
-pub mod doctor;
-pub mod scrub;
-
 #[cfg(feature = "3fs")]
 pub use hicache_3fs as threefs;
 #[cfg(feature = "gds")]

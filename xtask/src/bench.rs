@@ -198,12 +198,12 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
     // The OBJ case needs the obj feature. The tiny run (CI, to keep the benchmark working)
     // uses the debug build the tests already made; its numbers mean nothing.
     let mut build = cargo();
-    build.args(["build", "-p", "hicache"]);
+    build.args(["build", "-p", "hicache-cli"]);
     if o.tiny {
-        crate::step("cargo build -p hicache", build)?;
+        crate::step("cargo build -p hicache-cli", build)?;
     } else {
         build.args(["--release", "--features", "obj"]);
-        crate::step("cargo build --release -p hicache --features obj", build)?;
+        crate::step("cargo build --release -p hicache-cli --features obj", build)?;
     }
     let profile = if o.tiny { "debug" } else { "release" };
     let hicache = root().join("target").join(profile).join("hicache");

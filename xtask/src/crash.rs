@@ -1,4 +1,4 @@
-//! `cargo xtask crash`: the SIGKILL test of `hicache/tests/crash.rs` at full length (200 kills
+//! `cargo xtask crash`: the SIGKILL test of `hicache-cli/tests/crash.rs` at full length (200 kills
 //! by default), its figures kept as JSON.
 
 use std::path::PathBuf;
@@ -32,7 +32,7 @@ pub(crate) fn crash(args: &[String]) -> Result<(), String> {
     test.args([
         "test",
         "-p",
-        "hicache",
+        "hicache-cli",
         "--test",
         "crash",
         "--",

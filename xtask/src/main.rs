@@ -131,6 +131,8 @@ fn ci() -> Result<(), String> {
         "clippy",
         "-p",
         "hicache",
+        "-p",
+        "hicache-cli",
         "--no-default-features",
         "--all-targets",
         "--",
@@ -138,7 +140,7 @@ fn ci() -> Result<(), String> {
         "warnings",
     ]);
     step(
-        "cargo clippy -p hicache --no-default-features (no plugin compiled in)",
+        "cargo clippy -p hicache -p hicache-cli --no-default-features (no plugin compiled in)",
         minimal,
     )?;
 

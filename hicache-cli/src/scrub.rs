@@ -16,9 +16,9 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, fstatat};
 use std::time::{Duration, SystemTime};
 
-use hicache_core::envelope::{self, HEADER_FIELDS_LEN, Header};
-use hicache_core::routing::{bucket_name, key_hash};
-use hicache_core::{Error, Result};
+use hicache::envelope::{self, HEADER_FIELDS_LEN, Header};
+use hicache::routing::{bucket_name, key_hash};
+use hicache::{Error, Result};
 use serde::Serialize;
 
 /// What to scrub.

@@ -9,13 +9,13 @@ use hicache_testkit::fixtures::TestMount;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hicache::bench::{BenchOptions, ModelShape};
-use hicache::doctor::{DoctorOptions, Status};
-use hicache::scrub::{ScrubOptions, scrub};
 use hicache::{
     Config, ConfigLoader, HiCache, HiCacheOptions, HostSlots, Layout, MmapPool, PageKey,
     StorageIdentity, pool,
 };
+use hicache_cli::bench::{BenchOptions, ModelShape};
+use hicache_cli::doctor::{DoctorOptions, Status};
+use hicache_cli::scrub::{ScrubOptions, scrub};
 
 /// Mounts a filesystem for a test; without root this fails loudly.
 fn mount(fstype: &str, options: &str) -> TestMount {
@@ -41,10 +41,10 @@ fn options(model: ModelShape, page_tokens: u64, layout: Layout, host_gib: f64) -
     }
 }
 
-fn doctor(config: &Config, opts: &DoctorOptions) -> hicache::doctor::DoctorReport {
+fn doctor(config: &Config, opts: &DoctorOptions) -> hicache_cli::doctor::DoctorReport {
     tokio::runtime::Runtime::new()
         .unwrap()
-        .block_on(hicache::doctor::run(config, opts))
+        .block_on(hicache_cli::doctor::run(config, opts))
 }
 
 fn default_opts() -> DoctorOptions {
@@ -348,7 +348,7 @@ fn bench_verifies_every_byte() {
     };
     let report = tokio::runtime::Runtime::new()
         .unwrap()
-        .block_on(hicache::bench::run(cache.clone(), &opts))
+        .block_on(hicache_cli::bench::run(cache.clone(), &opts))
         .unwrap();
     assert!(report.verified, "{report:#?}");
     assert_eq!(report.write_rounds.len(), 2);
@@ -368,13 +368,13 @@ fn bench_verifies_every_byte() {
     }
     // The pages were removed afterwards.
     let _: &HiCache = &cache;
-    let raw = hicache::bench::raw_baseline(dir.path(), 64 << 10, 16, 4, true, 1).unwrap();
+    let raw = hicache_cli::bench::raw_baseline(dir.path(), 64 << 10, 16, 4, true, 1).unwrap();
     assert!(raw.verified && raw.write_gbps > 0.0);
 }
 
 #[test]
 fn scrub_survives_crafted_headers_and_huge_files_and_never_follows_links() {
-    use hicache_core::envelope::{HEADER_FIELDS_LEN, Header};
+    use hicache::envelope::{HEADER_FIELDS_LEN, Header};
     let dir = tempfile::tempdir().unwrap();
     let (paths, namespace) = store_pages(dir.path(), 4);
     // 0: a header with a valid checksum whose payload length overflows the object size.
@@ -481,7 +481,7 @@ fn bench_counts_only_successful_pages_and_names_the_first_failures() {
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let report = rt
-        .block_on(hicache::bench::run(cache.clone(), &opts(true)))
+        .block_on(hicache_cli::bench::run(cache.clone(), &opts(true)))
         .unwrap();
     assert!(injected.total() > 0);
     let w = &report.write_rounds[0];
@@ -498,7 +498,7 @@ fn bench_counts_only_successful_pages_and_names_the_first_failures() {
     assert!(!report.read_rounds[0].first_errors.is_empty());
 
     let write_only = rt
-        .block_on(hicache::bench::run(cache, &opts(false)))
+        .block_on(hicache_cli::bench::run(cache, &opts(false)))
         .unwrap();
     assert!(!write_only.read_back && !write_only.verified);
 }

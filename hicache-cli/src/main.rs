@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use hicache::bench::{BenchOptions, ModelShape};
 use hicache::{ConfigLoader, EnvSnapshot, PluginChoice, Verdict};
+use hicache_cli::bench::{BenchOptions, ModelShape};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -340,7 +340,7 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
                 .unwrap_or_else(|| PathBuf::from("."));
             std::fs::create_dir_all(&dir)
                 .map_err(|e| hicache::Error::io("bench", "create dir", Some(dir.clone()), e))?;
-            hicache::bench::raw_baseline(
+            hicache_cli::bench::raw_baseline(
                 &dir,
                 one.page_bytes(),
                 pages,
@@ -361,7 +361,7 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
                 params: &params,
             };
             let cfg = hicache::obj::ObjConfig::from_context(&ctx)?;
-            runtime()?.block_on(hicache::bench::raw_object_store(
+            runtime()?.block_on(hicache_cli::bench::raw_object_store(
                 cfg,
                 one.page_bytes(),
                 pages,
@@ -391,7 +391,7 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
                 keep: args.keep,
                 progress: true,
             };
-            runtime()?.block_on(hicache::bench::run(cache, &opts))?
+            runtime()?.block_on(hicache_cli::bench::run(cache, &opts))?
         }
     };
     let value = serde_json::to_value(&report).unwrap_or_default();
@@ -452,7 +452,7 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
 fn bench_fits_in_memory(pages: u64, page_bytes: u64) -> hicache::Result<()> {
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let need = pages.checked_mul(page_bytes).and_then(|b| b.checked_mul(2));
-    let available = hicache::doctor::available_memory();
+    let available = hicache_cli::doctor::available_memory();
     match (need, available) {
         (Some(need), Some(avail)) if need <= avail => Ok(()),
         (Some(_), None) => Ok(()),
@@ -511,13 +511,13 @@ fn doctor(
             ),
         ),
     };
-    let opts = hicache::doctor::DoctorOptions {
+    let opts = hicache_cli::doctor::DoctorOptions {
         geometry,
         host_pool_bytes,
         host_pool_origin,
         round_trip_pages: 4,
     };
-    let report = runtime()?.block_on(hicache::doctor::run(config, &opts));
+    let report = runtime()?.block_on(hicache_cli::doctor::run(config, &opts));
     let value = serde_json::to_value(&report).unwrap_or_default();
     if !json.emit(&value)? {
         for (i, step) in report.steps.iter().enumerate() {
@@ -525,7 +525,7 @@ fn doctor(
                 "{}) {:<13} {}",
                 i + 1,
                 step.name,
-                hicache::doctor::label(step.status)
+                hicache_cli::doctor::label(step.status)
             );
             for d in &step.details {
                 println!("     {d}");
@@ -551,13 +551,13 @@ fn doctor(
 }
 
 fn scrub(config: &hicache::Config, args: &ScrubArgs, json: &JsonOut) -> hicache::Result<ExitCode> {
-    let opts = hicache::scrub::ScrubOptions {
+    let opts = hicache_cli::scrub::ScrubOptions {
         dirs: config.storage_dirs.value.clone(),
         delete: args.delete,
         namespace: args.namespace.clone(),
         temp_age: std::time::Duration::from_secs(args.temp_age_s),
     };
-    let report = hicache::scrub::scrub(&opts)?;
+    let report = hicache_cli::scrub::scrub(&opts)?;
     let value = serde_json::to_value(&report).unwrap_or_default();
     if !json.emit(&value)? {
         println!(
@@ -608,10 +608,7 @@ fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Result<ExitCode
         let available: Vec<String> = considered.iter().map(|c| c.name.clone()).collect();
         return Err(hicache::Error::UnknownPlugin {
             name: name.clone(),
-            suggestion: hicache_core::error::closest_match(
-                name,
-                available.iter().map(String::as_str),
-            ),
+            suggestion: hicache::error::closest_match(name, available.iter().map(String::as_str)),
             available,
         });
     }

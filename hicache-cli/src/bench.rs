@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use hicache_core::{
+use hicache::{
     AttentionKind, Dtype, Error, HiCache, HostSlots, Layout, MmapPool, PageKey, PoolGeometry,
     ReadOutcome, Result, pool,
 };
@@ -564,8 +564,8 @@ pub fn raw_baseline(
                 .map_err(|e| Error::io("RAW", "open", Some(p), e))
         })
         .collect::<Result<_>>()?;
-    let mut src = hicache_core::AlignedBuf::zeroed(buf_bytes, 4096)?;
-    let mut dst = hicache_core::AlignedBuf::zeroed(buf_bytes, 4096)?;
+    let mut src = hicache::AlignedBuf::zeroed(buf_bytes, 4096)?;
+    let mut dst = hicache::AlignedBuf::zeroed(buf_bytes, 4096)?;
     for p in 0..pages {
         src.copy_from((p * page_bytes) as usize, &page_pattern(page_bytes, p))?;
     }
@@ -652,7 +652,7 @@ pub fn raw_baseline(
 /// registration. hicache OBJ is compared against it on the same server.
 #[cfg(feature = "obj")]
 pub async fn raw_object_store(
-    cfg: hicache_obj::ObjConfig,
+    cfg: hicache::obj::ObjConfig,
     page_bytes: u64,
     pages: u64,
     concurrency: usize,
@@ -660,7 +660,7 @@ pub async fn raw_object_store(
 ) -> Result<BenchReport> {
     use futures::StreamExt;
     use object_store::ObjectStoreExt;
-    let backend = hicache_obj::ObjBackend::new(cfg)?;
+    let backend = hicache::obj::ObjBackend::new(cfg)?;
     let store = backend.store().clone();
     let prefix = format!("raw-baseline-{}", std::process::id());
     let paths: Vec<object_store::path::Path> = (0..pages)

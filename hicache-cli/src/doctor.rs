@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hicache_core::{
+use hicache::{
     Capability, Config, HiCache, HiCacheOptions, HostSlots, MmapPool, PageKey, PoolGeometry,
     ReadOutcome, Source, StorageIdentity, TransferMode, choose_mode, pool,
 };
@@ -106,7 +106,7 @@ pub async fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
     steps.push(plugins);
     steps.push(dirs_step(config, &missing));
     let backend = match &selected {
-        Some(_) => crate::registry().and_then(|r| r.open(config)).ok(),
+        Some(_) => hicache::registry().and_then(|r| r.open(config)).ok(),
         None => None,
     };
     let capability = backend.as_ref().map(|(b, _)| b.info().capability);
@@ -146,7 +146,7 @@ fn config_step(config: &Config) -> Step {
 
 fn plugins_step(config: &Config) -> (Step, Option<String>) {
     let mut step = Step::new("plugins");
-    let registry = match crate::registry() {
+    let registry = match hicache::registry() {
         Ok(r) => r,
         Err(e) => {
             step.fail(e.to_string(), "make plugin names unique");
@@ -166,7 +166,7 @@ fn plugins_step(config: &Config) -> (Step, Option<String>) {
         }
         Err(e) => {
             let fix = match &e {
-                hicache_core::Error::PluginUnusable { hint: Some(h), .. } => h.clone(),
+                hicache::Error::PluginUnusable { hint: Some(h), .. } => h.clone(),
                 _ => "enable a usable plugin, or fix what its probe reports".into(),
             };
             step.fail(e.to_string(), fix);
@@ -219,13 +219,13 @@ fn check_private(step: &mut Step, dir: &Path) {
 
 #[cfg(feature = "posix")]
 fn check_dir(step: &mut Step, dir: &Path, direct: bool) {
-    match hicache_posix::probe_dir(dir, direct) {
+    match hicache::posix::probe_dir(dir, direct) {
         Ok(p) => {
             let align = match (p.fs.dio_mem_align, p.fs.dio_offset_align) {
                 (Some(m), Some(o)) => format!("DIOALIGN mem {m} / offset {o}"),
                 _ => format!(
                     "no DIOALIGN reported (using {})",
-                    hicache_posix::FALLBACK_ALIGN
+                    hicache::posix::FALLBACK_ALIGN
                 ),
             };
             step.details.push(format!(
@@ -251,7 +251,7 @@ fn check_dir(step: &mut Step, dir: &Path, direct: bool) {
 /// sharing it.
 #[cfg(feature = "posix")]
 fn check_contents(step: &mut Step, dir: &Path) {
-    let Ok(found) = hicache_posix::inspect_root(dir) else {
+    let Ok(found) = hicache::posix::inspect_root(dir) else {
         return; // the probe above already reported why the dir cannot be used
     };
     if !found.links.is_empty() {
@@ -348,9 +348,8 @@ fn geometry_step(config: &Config, opts: &DoctorOptions, capability: Option<&Capa
     step.details
         .push(format!("transfer mode: {mode} ({reason})"));
     // Bounce only because the config asks for it?
-    let forced = config.transfer_mode.value == hicache_core::TransferChoice::Bounce
-        && hicache_core::decide_mode(g, Some(0), cap, config.naming.value).0
-            == TransferMode::ZeroCopy;
+    let forced = config.transfer_mode.value == hicache::TransferChoice::Bounce
+        && hicache::decide_mode(g, Some(0), cap, config.naming.value).0 == TransferMode::ZeroCopy;
     if mode == TransferMode::Bounce {
         let align = cap.io_alignment;
         let fix = if forced {
@@ -415,7 +414,7 @@ fn memory_step(opts: &DoctorOptions) -> Step {
 async fn round_trip_step(
     config: &Config,
     opts: &DoctorOptions,
-    backend: Option<hicache_core::DynBackend>,
+    backend: Option<hicache::DynBackend>,
 ) -> Step {
     let mut step = Step::new("round trip");
     let Some(backend) = backend else {
@@ -438,7 +437,7 @@ async fn round_trip_step(
         let stamp = std::process::id();
         let keys: Vec<PageKey> = (0..n)
             .map(|i| PageKey::new(format!("doctor-{stamp:x}-{i}")))
-            .collect::<hicache_core::Result<_>>()?;
+            .collect::<hicache::Result<_>>()?;
         let mut expected = Vec::new();
         for p in 0..n {
             let bytes: Vec<u8> = (0..geometry.page_bytes())
@@ -461,7 +460,7 @@ async fn round_trip_step(
                 (s, g) => bad.push(format!("page {i}: set {s:?}, get {g:?}")),
             }
         }
-        Ok::<_, hicache_core::Error>((report, bad))
+        Ok::<_, hicache::Error>((report, bad))
     }
     .await;
     match result {

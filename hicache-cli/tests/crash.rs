@@ -13,12 +13,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hicache::bench::ModelShape;
-use hicache::scrub::{ScrubOptions, scrub};
 use hicache::{
     ConfigLoader, HiCache, HiCacheOptions, HostSlots, Layout, MmapPool, PageKey, ReadOutcome,
     StorageIdentity, pool,
 };
+use hicache_cli::bench::ModelShape;
+use hicache_cli::scrub::{ScrubOptions, scrub};
 
 /// Keys the writers cycle through: few, so that kills land on overwrites and removals.
 const KEYS: u64 = 48;
