@@ -1209,15 +1209,12 @@ fn one_per_item<T>(
         ),
     );
     tracing::error!(plugin = %name, error = %e, "plugin broke the one-result-per-item rule");
-    (0..items)
-        .map(|_| Err(Error::backend(name.clone(), e.to_string())))
-        .collect()
+    (0..items).map(|_| Err(e.clone())).collect()
 }
 
+/// The error of a call that failed as a whole, for each of its `n` items.
 fn fail_all<T>(n: usize, e: &Error) -> Vec<Result<T>> {
-    (0..n)
-        .map(|_| Err(Error::backend("connector", e.to_string())))
-        .collect()
+    (0..n).map(|_| Err(e.clone())).collect()
 }
 
 /// Validates host slots against the keys and the pool and returns one page index per key.

@@ -1,8 +1,13 @@
 //! The one error type every hicache crate returns across its public boundary.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::memory::RegionId;
+
+/// The error an [`Error`] wraps, shared so that cloning an error (one per item of a batch
+/// that failed as a whole) keeps it.
+pub type SharedSource = Arc<dyn std::error::Error + Send + Sync>;
 
 /// Result with the hicache [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -12,7 +17,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Messages start lowercase, carry the backend / key / path / descriptor involved, and end
 /// with a hint where one helps. A read that finds no valid page is *not* an error: it is a
 /// [`ReadOutcome::Miss`](crate::ReadOutcome::Miss) with a reason.
-#[derive(Debug, thiserror::Error)]
+///
+/// Errors are cheap to clone (underlying errors are shared), so a failure that ends a whole
+/// batch reaches every item as itself: its variant, source and
+/// [`is_retryable`](Error::is_retryable) are kept.
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A configuration value has the wrong type or is out of range.
@@ -202,7 +211,7 @@ pub enum Error {
         path: Option<PathBuf>,
         /// The OS error.
         #[source]
-        source: std::io::Error,
+        source: Arc<std::io::Error>,
     },
 
     /// A symbolic link (or another entry hicache did not create) sits where a storage root
@@ -241,6 +250,19 @@ pub enum Error {
         millis: u64,
     },
 
+    /// The storage service or device did not answer in time or dropped the connection
+    /// (after the plugin's own retries): trying again later may succeed.
+    #[error("backend {backend}: {message}")]
+    Unavailable {
+        /// The backend.
+        backend: String,
+        /// What happened.
+        message: String,
+        /// The underlying error, if any.
+        #[source]
+        source: Option<SharedSource>,
+    },
+
     /// Any other backend failure.
     #[error("backend {backend}: {message}")]
     Backend {
@@ -250,7 +272,7 @@ pub enum Error {
         message: String,
         /// The underlying error, if any.
         #[source]
-        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+        source: Option<SharedSource>,
     },
 }
 
@@ -289,14 +311,27 @@ impl Error {
             backend: backend.into(),
             op,
             path,
-            source,
+            source: Arc::new(source),
+        }
+    }
+
+    /// A backend error with the error that caused it.
+    pub fn backend_with_source(
+        backend: impl Into<String>,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Backend {
+            backend: backend.into(),
+            message: message.into(),
+            source: Some(Arc::new(source)),
         }
     }
 
     /// Whether trying the same operation again may succeed (transient faults only).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Timeout { .. } => true,
+            Error::Timeout { .. } | Error::Unavailable { .. } => true,
             Error::Io { source, .. } => matches!(
                 source.kind(),
                 std::io::ErrorKind::Interrupted
@@ -342,24 +377,10 @@ pub fn closest_match<'a>(
     let input = input.to_ascii_lowercase();
     candidates
         .into_iter()
-        .map(|c| (edit_distance(&input, &c.to_ascii_lowercase()), c))
+        .map(|c| (strsim::levenshtein(&input, &c.to_ascii_lowercase()), c))
         .filter(|(d, c)| *d <= (c.len().max(input.len()) / 3).max(1))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c.to_string())
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 #[cfg(test)]
@@ -378,6 +399,29 @@ mod tests {
             Some("storage_dir")
         );
         assert_eq!(closest_match("completely_else", keys), None);
+    }
+
+    #[test]
+    fn clones_keep_variant_source_and_retryability() {
+        use std::error::Error as _;
+        let e = Error::io(
+            "POSIX",
+            "pread",
+            None,
+            std::io::Error::from(std::io::ErrorKind::TimedOut),
+        );
+        let copy = e.clone();
+        assert!(copy.is_retryable() && matches!(copy, Error::Io { .. }));
+        assert_eq!(copy.to_string(), e.to_string());
+        assert!(copy.source().is_some());
+        let gone = Error::Unavailable {
+            backend: "OBJ".into(),
+            message: "connection reset".into(),
+            source: None,
+        };
+        assert!(gone.clone().is_retryable());
+        let plain = Error::backend_with_source("OBJ", "put", std::fmt::Error);
+        assert!(!plain.is_retryable() && plain.clone().source().is_some());
     }
 
     #[test]

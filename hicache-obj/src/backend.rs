@@ -22,6 +22,9 @@ use tokio::sync::Notify;
 
 use crate::NAME;
 use crate::config::{ObjConfig, Target};
+#[cfg(feature = "aws-sdk")]
+use crate::errors::sdk_error;
+use crate::errors::store_error;
 
 /// Copies a streamed body into the pinned segments of a read, in order.
 struct Scatter<'a> {
@@ -261,7 +264,7 @@ impl Client {
             .store
             .put_multipart(path)
             .await
-            .map_err(|e| store_error_path("start multipart upload", path, e))?;
+            .map_err(|e| store_error("start multipart upload", path, e))?;
         let part = self.cfg.part_size as usize;
         let mut pending: Vec<Bytes> = Vec::new();
         let mut pending_len = 0usize;
@@ -289,7 +292,7 @@ impl Client {
             Ok(_) => Ok(()),
             Err(e) => {
                 let _ = upload.abort().await;
-                Err(store_error_path(
+                Err(store_error(
                     &format!("multipart upload of {total} bytes"),
                     path,
                     e,
@@ -456,61 +459,6 @@ impl Client {
         }
         Ok(ReadOutcome::Hit)
     }
-}
-
-#[cfg(feature = "aws-sdk")]
-fn sdk_error(op: &str, key: &ObjectKey, e: crate::sdk::SdkFailure) -> Error {
-    let hint = match e.status {
-        Some(403) => "; hint: the credentials were refused (HTTP 403): check access_key/secret_key",
-        _ if e.message.contains("NoSuchBucket") => {
-            "; hint: the bucket does not exist: create it or fix `bucket`"
-        }
-        None => "; hint: the endpoint did not answer: check `endpoint` and that the server runs",
-        _ => "",
-    };
-    Error::Backend {
-        backend: NAME.into(),
-        message: format!("{op} {key} (aws-sdk): {e}{hint}"),
-        source: Some(Box::new(e)),
-    }
-}
-
-fn store_error(op: &str, key: &ObjectKey, e: object_store::Error) -> Error {
-    Error::Backend {
-        backend: NAME.into(),
-        message: format!("{op} {key}: {}", describe(&e)),
-        source: Some(Box::new(e)),
-    }
-}
-
-fn store_error_path(op: &str, path: &Path, e: object_store::Error) -> Error {
-    Error::Backend {
-        backend: NAME.into(),
-        message: format!("{op} {path}: {}", describe(&e)),
-        source: Some(Box::new(e)),
-    }
-}
-
-/// object_store's message plus a hint for the errors users hit (auth, missing bucket).
-pub(crate) fn describe(e: &object_store::Error) -> String {
-    let text = e.to_string();
-    let hint = if text.contains("403")
-        || text.contains("SignatureDoesNotMatch")
-        || text.contains("InvalidAccessKeyId")
-        || text.contains("AccessDenied")
-    {
-        "; hint: the credentials were refused (HTTP 403): check access_key/secret_key (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)"
-    } else if text.contains("NoSuchBucket") {
-        "; hint: the bucket does not exist: create it or fix `bucket`"
-    } else if text.contains("error sending request")
-        || text.contains("Connection refused")
-        || text.contains("connect")
-    {
-        "; hint: the endpoint did not answer: check `endpoint` and that the server runs"
-    } else {
-        ""
-    };
-    format!("{text}{hint}")
 }
 
 /// S3-compatible (or in-memory, or local-directory) object storage.

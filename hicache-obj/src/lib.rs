@@ -3,6 +3,7 @@
 
 mod backend;
 mod config;
+mod errors;
 mod probe;
 #[cfg(feature = "aws-sdk")]
 mod sdk;

@@ -6,8 +6,9 @@ use hicache_core::{PluginContext, Verdict};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 
-use crate::backend::{ObjBackend, describe};
+use crate::backend::ObjBackend;
 use crate::config::ObjConfig;
+use crate::errors::{classify, describe};
 
 pub(crate) fn probe(ctx: &PluginContext<'_>) -> Verdict {
     let cfg = match ObjConfig::from_context(ctx) {
@@ -55,7 +56,7 @@ async fn round_trip(cfg: ObjConfig) -> Verdict {
     let data = Bytes::from(vec![0x5a_u8; 4096]);
     let fail = |step: &str, e: object_store::Error| {
         let text = describe(&e);
-        let hint = if text.contains("hint:") {
+        let hint = if !classify(&e).hint().is_empty() {
             "see the hint in the reason".to_string()
         } else {
             format!("check that {location} exists and these credentials may {step} objects")

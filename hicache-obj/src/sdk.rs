@@ -29,6 +29,8 @@ pub(crate) struct SdkFailure {
     pub(crate) status: Option<u16>,
     /// The SDK's message (code and text).
     pub(crate) message: String,
+    /// No answer came in time (the SDK's timeout, or the connection timed out).
+    pub(crate) timed_out: bool,
 }
 
 impl std::fmt::Display for SdkFailure {
@@ -45,7 +47,16 @@ impl std::error::Error for SdkFailure {}
 fn failure<E: std::error::Error + 'static>(e: SdkError<E, HttpResponse>) -> SdkFailure {
     let status = e.raw_response().map(|r| r.status().as_u16());
     let message = format!("{}", aws_sdk_s3::error::DisplayErrorContext(&e));
-    SdkFailure { status, message }
+    let timed_out = match &e {
+        SdkError::TimeoutError(_) => true,
+        SdkError::DispatchFailure(d) => d.is_timeout(),
+        _ => false,
+    };
+    SdkFailure {
+        status,
+        message,
+        timed_out,
+    }
 }
 
 impl SdkClient {
@@ -213,8 +224,9 @@ impl SdkClient {
                 Ok(Some((size, out.body)))
             }
             Err(e) => {
+                let no_such_key = e.as_service_error().is_some_and(|s| s.is_no_such_key());
                 let f = failure(e);
-                if f.status == Some(404) || f.message.contains("NoSuchKey") {
+                if f.status == Some(404) || no_such_key {
                     Ok(None)
                 } else {
                     Err(f)

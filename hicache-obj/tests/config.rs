@@ -3,7 +3,7 @@
 //! without it, says which feature provides it).
 
 use hicache_core::registry::params_for;
-use hicache_core::{ConfigLoader, EnvSnapshot, Error, PluginContext};
+use hicache_core::{ConfigLoader, EnvSnapshot, PluginContext};
 use hicache_obj::{ClientKind, DESCRIPTOR, ObjBackend, ObjConfig, ObjParams};
 
 /// Loads `toml` from a file, as `hicache --config` would, with an empty environment.
@@ -46,7 +46,7 @@ fn client_aws_sdk_from_a_config_file() {
     built.expect("the SDK client is built without contacting the server");
     #[cfg(not(feature = "aws-sdk"))]
     match built {
-        Err(Error::InvalidConfig { key, hint, .. }) => {
+        Err(hicache_core::Error::InvalidConfig { key, hint, .. }) => {
             assert_eq!(key, "client");
             assert!(hint.unwrap().contains("`aws-sdk` feature"));
         }
