@@ -11,6 +11,7 @@ use hicache::{
     AttentionKind, Dtype, Error, HiCache, HostSlots, Layout, MmapPool, PageKey, PoolGeometry,
     ReadOutcome, Result, pool,
 };
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 /// Which model's page shape to use.
@@ -234,47 +235,26 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1e3
 }
 
-struct Progress {
-    on: bool,
-    label: &'static str,
-    total: usize,
-}
-
-impl Progress {
-    fn new(enabled: bool, label: &'static str, total: usize) -> Self {
-        Progress {
-            on: enabled && std::io::stderr().is_terminal(),
-            label,
-            total,
-        }
+/// A progress bar on stderr for a phase of `total` steps; hidden unless `enabled` and stderr
+/// is a terminal (a pipe or a log file gets no control characters).
+fn progress_bar(enabled: bool, label: &'static str, total: u64) -> ProgressBar {
+    if !enabled || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
     }
-
-    fn tick(&self, done: usize) {
-        if self.on {
-            let width = 30;
-            let filled = done * width / self.total.max(1);
-            eprint!(
-                "\r{:<6} [{}{}] {done}/{}",
-                self.label,
-                "#".repeat(filled),
-                "-".repeat(width - filled),
-                self.total
-            );
-        }
+    let bar = ProgressBar::new(total).with_prefix(label);
+    if let Ok(style) =
+        ProgressStyle::with_template("{prefix:>7} [{bar:30}] {pos}/{len} ({per_sec}, {eta} left)")
+    {
+        bar.set_style(style.progress_chars("#>-"));
     }
-
-    fn finish(&self) {
-        if self.on {
-            eprint!("\r{}\r", " ".repeat(60));
-        }
-    }
+    bar
 }
 
 /// Runs `calls` batches with `streams` in flight; returns per-batch latencies and failures.
 async fn phase<F, Fut>(
     streams: usize,
     calls: usize,
-    progress: &Progress,
+    progress: &ProgressBar,
     op: F,
 ) -> Result<(Duration, Vec<Duration>, u64)>
 where
@@ -283,12 +263,12 @@ where
 {
     let op = Arc::new(op);
     let next = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     // More streams than calls would only idle (and a hostile count would exhaust memory).
     for _ in 0..streams.clamp(1, calls.max(1)) {
-        let (op, next, done) = (op.clone(), next.clone(), done.clone());
+        let (op, next) = (op.clone(), next.clone());
+        let progress = progress.clone();
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut failed = 0;
@@ -300,7 +280,7 @@ where
                 let t = Instant::now();
                 failed += op(i).await?;
                 lat.push(t.elapsed());
-                done.fetch_add(1, Ordering::Relaxed);
+                progress.inc(1);
             }
         }));
     }
@@ -308,7 +288,6 @@ where
     let mut failed = 0;
     let mut pending = tasks;
     while !pending.is_empty() {
-        progress.tick(done.load(Ordering::Relaxed));
         let t = pending.remove(0);
         let (l, f) = t
             .await
@@ -316,7 +295,7 @@ where
         lat.extend(l);
         failed += f;
     }
-    progress.finish();
+    progress.finish_and_clear();
     let elapsed = started.elapsed();
     lat.sort();
     Ok((elapsed, lat, failed))
@@ -394,9 +373,12 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
         ))
     };
     let mut keys = round_keys(0)?;
+    let fill = progress_bar(opts.progress, "fill", pages);
     for p in 0..pages {
         pool::scatter_page(pool.as_ref(), p, &page_pattern(page_bytes, p))?;
+        fill.inc(1);
     }
+    fill.finish_and_clear();
     let batch = opts.batch.max(1);
     let calls = (pages as usize).div_ceil(batch);
     let mut write_rounds = Vec::new();
@@ -404,12 +386,14 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
     let mut verified = true;
     for round in 0..opts.rounds.max(1) {
         if round > 0 && opts.write {
+            let evict = progress_bar(opts.progress, "evict", 1);
             cache.batch_remove(&keys).await?;
+            evict.finish_and_clear();
             keys = round_keys(round)?;
         }
         if opts.write {
             let (c, k, errs) = (cache.clone(), keys.clone(), FirstErrors::default());
-            let progress = Progress::new(opts.progress, "write", calls);
+            let progress = progress_bar(opts.progress, "write", calls as u64);
             let e = errs.clone();
             let (el, lat, failed) = phase(opts.streams, calls, &progress, move |i| {
                 let (c, k, e) = (c.clone(), k.clone(), e.clone());
@@ -436,7 +420,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
                 pool::scatter_page(pool.as_ref(), p, &vec![0u8; page_bytes as usize])?;
             }
             let (c, k, errs) = (cache.clone(), keys.clone(), FirstErrors::default());
-            let progress = Progress::new(opts.progress, "read", calls);
+            let progress = progress_bar(opts.progress, "read", calls as u64);
             let e = errs.clone();
             let (el, lat, failed) = phase(opts.streams, calls, &progress, move |i| {
                 let (c, k, e) = (c.clone(), k.clone(), e.clone());
@@ -463,12 +447,15 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
             st.first_errors = errs.take();
             read_rounds.push(st);
             let mut buf = vec![0u8; page_bytes as usize];
+            let check = progress_bar(opts.progress, "verify", pages);
             for p in 0..pages {
                 pool::gather_page(pool.as_ref(), pages + p, &mut buf)?;
                 if buf != page_pattern(page_bytes, p) {
                     verified = false;
                 }
+                check.inc(1);
             }
+            check.finish_and_clear();
             if failed > 0 {
                 verified = false;
             }
