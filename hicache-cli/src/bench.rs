@@ -140,6 +140,10 @@ pub struct PhaseStats {
     pub p99_ms: f64,
     /// Pages that failed or missed (not counted in GB/s and pages/s).
     pub failed_pages: u64,
+    /// Payload bytes of the pages that succeeded.
+    pub bytes: u64,
+    /// Wall time of the phase, seconds.
+    pub seconds: f64,
     /// The first failure of each kind (`<kind>: <message>`), so a failing run says why.
     pub first_errors: Vec<String>,
 }
@@ -317,6 +321,8 @@ fn stats(
         p50_ms: percentile(lat, 0.5),
         p99_ms: percentile(lat, 0.99),
         failed_pages: failed,
+        bytes: done * page_bytes,
+        seconds: elapsed.as_secs_f64(),
         first_errors: Vec::new(),
     }
 }

@@ -325,17 +325,7 @@ fn check_dir(step: &mut Step, dir: &Path, _direct: bool) {
 fn geometry_step(config: &Config, opts: &DoctorOptions, capability: Option<&Capability>) -> Step {
     let mut step = Step::new("geometry");
     let g = &opts.geometry;
-    step.details.push(format!(
-        "{:?}, {} layers, {} tokens per page, {}, layout {}: {} bytes per page in {} span(s) of {} bytes",
-        g.attention(),
-        g.layers(),
-        g.page_tokens(),
-        g.dtype(),
-        g.layout(),
-        g.page_bytes(),
-        g.spans_per_page(),
-        g.span_len()
-    ));
+    step.details.push(g.to_string());
     let Some(cap) = capability else {
         step.warn(
             "no plugin could be opened, so the transfer mode is unknown".into(),
@@ -465,8 +455,9 @@ async fn round_trip_step(
     .await;
     match result {
         Ok((report, bad)) if bad.is_empty() => step.details.push(format!(
-            "{n} pages written, read back and verified ({} mode, {} bytes stored per page)",
-            report.mode, report.stored_bytes_per_page
+            "{n} pages written, read back and verified ({} mode, {} stored per page)",
+            report.mode,
+            hicache::ByteSize(report.stored_bytes_per_page)
         )),
         Ok((_, bad)) => step.fail(
             bad.join("; "),

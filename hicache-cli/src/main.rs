@@ -179,6 +179,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only where a person reads them, never into a pipe or a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(cli) {
         Ok(code) => code,
@@ -200,7 +202,7 @@ fn load_config(g: &GlobalArgs) -> hicache::Result<hicache::Config> {
     }
     loader = loader.env(EnvSnapshot::from_process());
     if let Some(p) = &g.plugin {
-        loader = loader.set("plugin", p.as_str());
+        loader = loader.set_flag("--plugin", "plugin", p.as_str());
     }
     if !g.dirs.is_empty() {
         // Verbatim: each --dir is one dir, commas included.
@@ -215,10 +217,10 @@ fn load_config(g: &GlobalArgs) -> hicache::Result<hicache::Config> {
             })?;
             list.push(serde_json::Value::String(s.to_string()));
         }
-        loader = loader.set("storage_dir", serde_json::Value::Array(list));
+        loader = loader.set_flag("--dir", "storage_dir", serde_json::Value::Array(list));
     }
     if let Some(d) = &g.direct_io {
-        loader = loader.set("use_direct_io", d.as_str());
+        loader = loader.set_flag("--direct-io", "use_direct_io", d.as_str());
     }
     loader.load()
 }
@@ -397,11 +399,12 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
     let value = serde_json::to_value(&report).unwrap_or_default();
     if !json.emit(&value)? {
         println!(
-            "{} [{}] {} pages x {} KiB, batch {}, {} in flight, {} rounds, direct I/O {}, mode {}",
+            "{} [{}] {} pages x {} ({} a round), batch {}, {} in flight, {} rounds, direct I/O {}, mode {}",
             report.plugin,
             report.location,
             report.pages,
-            report.page_bytes / 1024,
+            hicache::ByteSize(report.page_bytes),
+            hicache::ByteSize(report.pages.saturating_mul(report.page_bytes)),
             report.batch,
             report.streams,
             report.rounds,
@@ -414,13 +417,16 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
         ] {
             if let Some(last) = rounds.last() {
                 let per: Vec<String> = rounds.iter().map(|r| format!("{:.2}", r.gbps)).collect();
+                let bytes: u64 = rounds.iter().map(|r| r.bytes).sum();
+                let seconds: f64 = rounds.iter().map(|r| r.seconds).sum();
                 println!(
-                    "  {name:<5} {gbps:6.2} GB/s median ({}), {:.0} pages/s, batch p50 {:.2} ms p99 {:.2} ms, {} failed",
+                    "  {name:<5} {gbps:6.2} GB/s median ({}), {:.0} pages/s, batch p50 {:.2} ms p99 {:.2} ms, {} failed; {} in {seconds:.2} s in all",
                     per.join(" "),
                     last.pages_per_s,
                     last.p50_ms,
                     last.p99_ms,
-                    last.failed_pages
+                    last.failed_pages,
+                    hicache::ByteSize(bytes),
                 );
                 for e in rounds.iter().flat_map(|r| &r.first_errors).take(8) {
                     println!("        first {name} failure: {e}");
@@ -460,8 +466,9 @@ fn bench_fits_in_memory(pages: u64, page_bytes: u64) -> hicache::Result<()> {
             "--pages",
             "the command line",
             format!(
-                "{pages} pages of {page_bytes} bytes need {} of memory (written and read back) \
+                "{pages} pages of {} need {} of memory (written and read back) \
                  but {} is available; lower --pages",
+                hicache::ByteSize(page_bytes),
                 need.map_or("more than 2^64 bytes".into(), |n| format!(
                     "{:.1} GiB",
                     gib(n)

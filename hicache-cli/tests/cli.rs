@@ -166,6 +166,28 @@ fn dir_flags_are_taken_verbatim() {
     assert_eq!(dirs, serde_json::Value::String(want).to_string());
 }
 
+/// `config show` names a value's source as the user wrote it: the flag, not "api".
+#[test]
+fn flags_are_shown_as_their_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = hicache()
+        .args(["config", "show", "--direct-io", "off", "--dir"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let line = |key: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(key))
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+            .to_string()
+    };
+    assert!(line("storage_dir").contains("flag --dir"), "{text}");
+    assert!(line("use_direct_io").contains("flag --direct-io"), "{text}");
+    assert!(!text.contains("api"), "{text}");
+}
+
 /// Flags that cannot apply, and numbers that make no sense, are errors naming the flag —
 /// before any work.
 #[test]

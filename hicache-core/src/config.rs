@@ -38,8 +38,10 @@ pub enum Source {
     Inline,
     /// An environment variable, by name.
     Env(String),
-    /// Set explicitly through the API or a CLI flag.
+    /// Set explicitly through the API.
     Api,
+    /// A command-line flag, as the user wrote it (`--dir`).
+    Flag(String),
 }
 
 impl Source {
@@ -49,7 +51,7 @@ impl Source {
             Source::Default => 0,
             Source::File(_) | Source::Inline => 1,
             Source::Env(_) => 2,
-            Source::Api => 3,
+            Source::Api | Source::Flag(_) => 3,
         }
     }
 }
@@ -62,6 +64,7 @@ impl fmt::Display for Source {
             Source::Inline => f.write_str("inline config"),
             Source::Env(v) => write!(f, "env {v}"),
             Source::Api => f.write_str("api"),
+            Source::Flag(flag) => write!(f, "flag {flag}"),
         }
     }
 }
@@ -404,7 +407,7 @@ impl EnvSnapshot {
 pub struct ConfigLoader {
     documents: Vec<(Source, Value)>,
     env: Option<EnvSnapshot>,
-    explicit: Vec<(String, Value)>,
+    explicit: Vec<(String, Value, Source)>,
     errors: Vec<Error>,
 }
 
@@ -451,7 +454,20 @@ impl ConfigLoader {
     /// Sets a value explicitly (highest precedence). Keys are the config file's keys;
     /// `plugin.<name>.<param>` sets a plugin parameter.
     pub fn set(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
-        self.explicit.push((key.into(), value.into()));
+        self.explicit.push((key.into(), value.into(), Source::Api));
+        self
+    }
+
+    /// Like [`set`](Self::set), for a value given by a command-line `flag` (`--dir`): the
+    /// value ranks the same, and its source is shown as the flag.
+    pub fn set_flag(
+        mut self,
+        flag: impl Into<String>,
+        key: impl Into<String>,
+        value: impl Into<Value>,
+    ) -> Self {
+        self.explicit
+            .push((key.into(), value.into(), Source::Flag(flag.into())));
         self
     }
 
@@ -477,8 +493,8 @@ impl ConfigLoader {
             apply_env(&mut cfg, &env)?;
             cfg.env = env;
         }
-        for (key, value) in self.explicit {
-            apply_explicit(&mut cfg, &key, value)?;
+        for (key, value, source) in self.explicit {
+            apply_explicit(&mut cfg, &key, value, &source)?;
         }
         if let Some(source) = fully_qualified_without_active
             && cfg.plugin.source.rank() <= Source::Inline.rank()
@@ -753,7 +769,7 @@ fn apply_env(cfg: &mut Config, env: &EnvSnapshot) -> Result<()> {
     Ok(())
 }
 
-fn apply_explicit(cfg: &mut Config, key: &str, value: Value) -> Result<()> {
+fn apply_explicit(cfg: &mut Config, key: &str, value: Value, source: &Source) -> Result<()> {
     if let Some(rest) = key.strip_prefix("plugin.")
         && let Some((plugin, param)) = rest.split_once('.')
     {
@@ -761,10 +777,10 @@ fn apply_explicit(cfg: &mut Config, key: &str, value: Value) -> Result<()> {
         section.insert(param.to_string(), value);
         let mut sections = Map::new();
         sections.insert(plugin.to_string(), Value::Object(section));
-        apply_plugin_sections(cfg, Value::Object(sections), &Source::Api)?;
+        apply_plugin_sections(cfg, Value::Object(sections), source)?;
         return Ok(());
     }
-    if !apply_top_level(cfg, key, &value, &Source::Api)? {
+    if !apply_top_level(cfg, key, &value, source)? {
         return Err(Error::UnknownConfigKey {
             key: key.to_string(),
             context: "explicit settings".into(),
@@ -1199,6 +1215,15 @@ mod tests {
         assert_eq!(cfg.storage_dirs.value, vec![PathBuf::from("/d")]);
         assert_eq!(cfg.storage_dirs.source, Source::Api);
         assert_eq!(cfg.storage_dirs.overridden.len(), 2);
+
+        let cfg = ConfigLoader::new()
+            .env(EnvSnapshot::from_pairs([("HICACHE_STORAGE_DIR", "/b")]))
+            .set_flag("--dir", "storage_dir", "/d")
+            .load()
+            .unwrap();
+        assert_eq!(cfg.storage_dirs.value, vec![PathBuf::from("/d")]);
+        assert_eq!(cfg.storage_dirs.source, Source::Flag("--dir".into()));
+        assert_eq!(cfg.storage_dirs.source.to_string(), "flag --dir");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod config;
 pub mod connector;
+mod display;
 pub mod docs;
 pub mod envelope;
 pub mod error;
@@ -25,6 +26,7 @@ pub use connector::{
     BlockingHiCache, HiCache, HiCacheOptions, HostSlots, PoolReport, STORAGE_BATCH_SIZE,
     SetOutcome, Stats, TransferMode, choose_mode, decide_mode,
 };
+pub use display::ByteSize;
 pub use envelope::PageFormat;
 pub use error::{Error, Result};
 pub use key::{Namespace, NamingScheme, ObjectKey, PageKey, StorageIdentity};
