@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use hicache::{ConfigLoader, EnvSnapshot, PluginChoice, Verdict};
 use hicache_cli::bench::{BenchOptions, ModelShape};
 
@@ -33,8 +33,8 @@ struct GlobalArgs {
     #[arg(long = "dir", global = true, value_name = "DIR")]
     dirs: Vec<PathBuf>,
     /// Direct I/O on or off.
-    #[arg(long, global = true, value_name = "on|off")]
-    direct_io: Option<String>,
+    #[arg(long, global = true)]
+    direct_io: Option<Switch>,
     /// Machine-readable JSON output, to stdout or to FILE.
     #[arg(long, global = true, value_name = "FILE", num_args = 0..=1)]
     json: Option<Option<PathBuf>>,
@@ -59,33 +59,95 @@ enum Command {
 
 #[derive(Args, Debug, Clone)]
 struct ShapeArgs {
-    /// Page shape: llama3-8b, qwen3-8b, deepseek-v3, or custom (with --page-bytes).
-    #[arg(long, default_value = "llama3-8b")]
-    model: String,
+    /// Page shape (custom takes --page-bytes).
+    #[arg(long, value_enum, default_value_t = Model::Llama3_8b)]
+    model: Model,
     /// Tokens per page [default: 8; a custom page is 16 tokens of --page-bytes].
     #[arg(long)]
     page_tokens: Option<u64>,
     /// Bytes per page for --model custom (a multiple of 512).
     #[arg(long)]
     page_bytes: Option<u64>,
-    /// Host layout: layer_first, page_first, page_first_direct, page_head.
-    #[arg(long, default_value = "page_first")]
-    layout: String,
+    /// Host layout.
+    #[arg(long, value_enum, default_value_t = LayoutArg::PageFirst)]
+    layout: LayoutArg,
+}
+
+/// `on` or `off` (also `true`/`false`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    #[value(alias = "true")]
+    On,
+    #[value(alias = "false")]
+    Off,
+}
+
+/// The page shapes `bench` and `doctor` know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Model {
+    #[value(name = "llama3-8b")]
+    Llama3_8b,
+    #[value(name = "qwen3-8b")]
+    Qwen3_8b,
+    #[value(name = "deepseek-v3")]
+    DeepseekV3,
+    Custom,
+}
+
+impl Model {
+    fn name(self) -> &'static str {
+        match self {
+            Model::Llama3_8b => "llama3-8b",
+            Model::Qwen3_8b => "qwen3-8b",
+            Model::DeepseekV3 => "deepseek-v3",
+            Model::Custom => "custom",
+        }
+    }
+}
+
+/// SGLang's host layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+enum LayoutArg {
+    LayerFirst,
+    PageFirst,
+    PageFirstDirect,
+    PageHead,
+}
+
+impl From<LayoutArg> for hicache::Layout {
+    fn from(l: LayoutArg) -> Self {
+        match l {
+            LayoutArg::LayerFirst => hicache::Layout::LayerFirst,
+            LayoutArg::PageFirst => hicache::Layout::PageFirst,
+            LayoutArg::PageFirstDirect => hicache::Layout::PageFirstDirect,
+            LayoutArg::PageHead => hicache::Layout::PageHead,
+        }
+    }
+}
+
+/// The phases of `bench`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Op {
+    Write,
+    Read,
+    Exists,
+}
+
+/// What `bench --baseline` runs instead of hicache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Baseline {
+    /// O_DIRECT pwrite/pread of one pre-opened file per page.
+    Raw,
+    /// The object_store client, one object per page (feature obj).
+    #[cfg(feature = "obj")]
+    RawObj,
 }
 
 impl ShapeArgs {
     fn geometry(&self, pages: u64) -> hicache::Result<hicache::PoolGeometry> {
-        let layout = hicache::Layout::parse(&self.layout).ok_or_else(|| {
-            hicache::Error::invalid_config(
-                "layout",
-                "command line",
-                format!(
-                    "`{}` is not one of layer_first, page_first, page_first_direct, page_head",
-                    self.layout
-                ),
-            )
-        })?;
-        let shape = ModelShape::parse(&self.model, self.page_bytes)?;
+        let layout = hicache::Layout::from(self.layout);
+        let shape = ModelShape::parse(self.model.name(), self.page_bytes)?;
         if matches!(shape, ModelShape::Custom { .. }) && self.page_tokens.is_some() {
             return Err(hicache::Error::invalid_config(
                 "--page-tokens",
@@ -110,9 +172,14 @@ struct BenchArgs {
     /// Calls in flight.
     #[arg(long, default_value_t = 2)]
     threads: usize,
-    /// Phases: any of write,read,exists.
-    #[arg(long, default_value = "write,read,exists")]
-    ops: String,
+    /// Phases, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "write,read,exists"
+    )]
+    ops: Vec<Op>,
     /// Rounds of write + read (medians are reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -122,8 +189,8 @@ struct BenchArgs {
     /// Run a baseline instead of hicache: `raw` = O_DIRECT pwrite/pread of one pre-opened file
     /// per page with --threads threads (the disk's limit); `raw-obj` (feature obj) = the
     /// object_store client putting/getting one object per page, --batch requests in flight.
-    #[arg(long, value_name = "raw")]
-    baseline: Option<String>,
+    #[arg(long, value_enum)]
+    baseline: Option<Baseline>,
 }
 
 #[derive(Args, Debug)]
@@ -219,8 +286,8 @@ fn load_config(g: &GlobalArgs) -> hicache::Result<hicache::Config> {
         }
         loader = loader.set_flag("--dir", "storage_dir", serde_json::Value::Array(list));
     }
-    if let Some(d) = &g.direct_io {
-        loader = loader.set_flag("--direct-io", "use_direct_io", d.as_str());
+    if let Some(d) = g.direct_io {
+        loader = loader.set_flag("--direct-io", "use_direct_io", d == Switch::On);
     }
     loader.load()
 }
@@ -322,18 +389,9 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
         .pages
         .unwrap_or_else(|| ((256u64 << 20) / one.page_bytes()).clamp(16, 4096));
     bench_fits_in_memory(pages, one.page_bytes())?;
-    let ops: Vec<&str> = args.ops.split(',').map(str::trim).collect();
-    for op in &ops {
-        if !["write", "read", "exists"].contains(op) {
-            return Err(hicache::Error::invalid_config(
-                "ops",
-                "command line",
-                format!("`{op}` is not one of write, read, exists"),
-            ));
-        }
-    }
-    let report = match args.baseline.as_deref() {
-        Some("raw") => {
+    let ops = &args.ops;
+    let report = match args.baseline {
+        Some(Baseline::Raw) => {
             let dir = config
                 .storage_dirs
                 .value
@@ -352,7 +410,7 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
             )?
         }
         #[cfg(feature = "obj")]
-        Some("raw-obj") => {
+        Some(Baseline::RawObj) => {
             let registry = hicache::registry()?;
             let plugin = registry
                 .get("OBJ")
@@ -371,13 +429,6 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
                 args.rounds,
             ))?
         }
-        Some(other) => {
-            return Err(hicache::Error::invalid_config(
-                "baseline",
-                "command line",
-                format!("`{other}` is not a baseline (raw, or raw-obj with the obj feature)"),
-            ));
-        }
         None => {
             let cache =
                 std::sync::Arc::new(hicache::open(config, hicache::HiCacheOptions::default())?);
@@ -387,9 +438,9 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
                 batch: args.batch,
                 streams: args.threads,
                 rounds: args.rounds,
-                write: ops.contains(&"write"),
-                read: ops.contains(&"read"),
-                exists: ops.contains(&"exists"),
+                write: ops.contains(&Op::Write),
+                read: ops.contains(&Op::Read),
+                exists: ops.contains(&Op::Exists),
                 keep: args.keep,
                 progress: true,
             };

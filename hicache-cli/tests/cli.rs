@@ -240,6 +240,21 @@ fn inapplicable_flags_and_bad_numbers_are_errors() {
         (&["doctor", "--device-kv-gib", "0"][..], "--device-kv-gib"),
         (&["doctor", "--host-gib", "1e300"][..], "--host-gib"),
         (&["doctor", "--host-gib=-inf"][..], "--host-gib"),
+        // Names outside a flag's choices: the error lists the choices.
+        (
+            &["bench", "--ops", "write,bogus"][..],
+            "possible values: write, read, exists",
+        ),
+        (
+            &["bench", "--layout", "page-first"][..],
+            "page_first_direct",
+        ),
+        (&["bench", "--model", "llama"][..], "llama3-8b"),
+        (&["bench", "--baseline", "nixl"][..], "--baseline"),
+        (
+            &["plugins", "--direct-io", "maybe"][..],
+            "possible values: on, off",
+        ),
     ] {
         let out = hicache()
             .args(args)
