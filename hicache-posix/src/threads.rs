@@ -4,10 +4,11 @@
 //! until none is left, so one slow item never holds up the others, and the batch completes
 //! when the last worker leaves it.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+use crossbeam_channel::Sender;
 
 use crate::flight::Completion;
 use crate::io::Root;
@@ -41,9 +42,10 @@ impl Batch {
     }
 }
 
-/// A pool of I/O threads.
+/// A pool of I/O threads fed by one multi-consumer channel.
 pub(crate) struct ThreadEngine {
-    tx: Mutex<Option<Sender<Arc<Batch>>>>,
+    /// `None` once the engine is dropping: the workers see the channel close and exit.
+    tx: Option<Sender<Arc<Batch>>>,
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -57,27 +59,22 @@ impl std::fmt::Debug for ThreadEngine {
 
 impl ThreadEngine {
     pub(crate) fn new(threads: usize, roots: Arc<[Root]>) -> std::io::Result<Self> {
-        let (tx, rx) = channel::<Arc<Batch>>();
-        let rx = Arc::new(Mutex::new(rx));
+        let (tx, rx) = crossbeam_channel::unbounded::<Arc<Batch>>();
         let workers = (0..threads.max(1))
             .map(|n| {
-                let rx: Arc<Mutex<Receiver<Arc<Batch>>>> = rx.clone();
-                let roots = roots.clone();
+                let (rx, roots) = (rx.clone(), roots.clone());
                 std::thread::Builder::new()
                     .name(format!("hicache-posix-{n}"))
                     .spawn(move || {
-                        loop {
-                            let batch = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-                                Ok(b) => b,
-                                Err(_) => return, // engine dropped
-                            };
+                        // Ends when the engine drops its sender.
+                        for batch in rx {
                             batch.work(&roots);
                         }
                     })
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(ThreadEngine {
-            tx: Mutex::new(Some(tx)),
+            tx: Some(tx),
             workers,
         })
     }
@@ -99,18 +96,15 @@ impl ThreadEngine {
             workers_left: AtomicUsize::new(fanout),
             done: Completion::default(),
         });
-        {
-            let guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-            let mut sent = 0;
-            if let Some(tx) = guard.as_ref() {
-                while sent < fanout && tx.send(batch.clone()).is_ok() {
-                    sent += 1;
-                }
+        let mut sent = 0;
+        if let Some(tx) = &self.tx {
+            while sent < fanout && tx.send(batch.clone()).is_ok() {
+                sent += 1;
             }
-            if sent < fanout {
-                // The workers are gone (engine shutting down): never wait for them.
-                batch.leave(fanout - sent);
-            }
+        }
+        if sent < fanout {
+            // The workers are gone (engine shutting down): never wait for them.
+            batch.leave(fanout - sent);
         }
         batch.done.wait(&batch.plan).await;
     }
@@ -118,7 +112,7 @@ impl ThreadEngine {
 
 impl Drop for ThreadEngine {
     fn drop(&mut self) {
-        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.tx.take();
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
