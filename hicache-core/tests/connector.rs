@@ -709,3 +709,236 @@ async fn enveloped_objects_are_identical_across_modes() {
     assert_eq!(zero_copy, bounce);
     assert!(parts[0].1 == parts[1].1, "payloads differ between modes");
 }
+
+/// A pool that claims a bigger geometry than its memory holds (`HostPool` is a safe trait,
+/// so the connector and the copies must not trust it).
+#[derive(Debug)]
+struct Overclaiming {
+    memory: MmapPool,
+    geometry: PoolGeometry,
+}
+
+impl HostPool for Overclaiming {
+    fn geometry(&self) -> &PoolGeometry {
+        &self.geometry
+    }
+    fn memory(&self) -> Option<hicache_core::MemoryRegion> {
+        self.memory.memory()
+    }
+}
+
+#[tokio::test]
+async fn a_pool_smaller_than_its_geometry_is_refused() {
+    let small = MmapPool::new(mha(Layout::PageFirst, 16)).unwrap();
+    let lying = Arc::new(Overclaiming {
+        geometry: small.geometry().with_pages(PAGES * 2).unwrap(),
+        memory: small,
+    });
+    let cache = connector(
+        Arc::new(MemoryBackend::new()),
+        &[],
+        StorageIdentity::single("m"),
+    );
+    let e = cache.register_pool(lying.clone()).unwrap_err();
+    assert!(matches!(e, Error::InvalidPool { .. }), "{e}");
+    let page = vec![0u8; lying.geometry.page_bytes() as usize];
+    let e = pool::scatter_page(lying.as_ref(), PAGES + 1, &page).unwrap_err();
+    assert!(matches!(e, Error::InvalidPool { .. }), "{e}");
+}
+
+/// Staging memory follows the options: slots of one page each, as many as the chunk bytes
+/// allow, at most `max_slots_per_chunk`.
+#[tokio::test]
+async fn staging_follows_the_options() {
+    // 3-token pages are 6144 bytes: bounce mode on 4096-byte storage, 4096 header + 8192.
+    let slot = 4096 + 8192;
+    for (chunk_bytes, max_slots, slots) in [(1 << 20, 5, 5), (2 * slot, 1000, 2), (1, 1000, 1)] {
+        let options = HiCacheOptions::new(StorageIdentity::single("m"))
+            .with_staging_chunk_bytes(chunk_bytes)
+            .with_max_slots_per_chunk(max_slots);
+        let cache = HiCache::with_backend(
+            Arc::new(MemoryBackend::with_alignment(4096)),
+            ConfigLoader::new().load().unwrap(),
+            options,
+        )
+        .unwrap();
+        let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 3)).unwrap());
+        let report = cache.register_pool(pool).unwrap();
+        assert_eq!(report.mode, TransferMode::Bounce);
+        assert_eq!(report.stored_bytes_per_page, slot, "{report}");
+        assert_eq!(report.staging_chunk_bytes, slot * slots, "{report}");
+        assert_eq!(
+            cache.pool_report().unwrap().staging_chunk_bytes,
+            slot * slots
+        );
+    }
+}
+
+#[tokio::test]
+async fn transfer_mode_bounce_in_the_config_forces_bounce() {
+    let cache = connector(
+        Arc::new(MemoryBackend::new()),
+        &[("transfer_mode", "bounce")],
+        StorageIdentity::single("m"),
+    );
+    let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
+    let report = cache.register_pool(pool).unwrap();
+    assert_eq!(report.mode, TransferMode::Bounce);
+    assert!(report.reason.contains("transfer_mode = bounce"), "{report}");
+    assert_eq!(TransferMode::Bounce.to_string(), "bounce");
+    assert_eq!(TransferMode::ZeroCopy.to_string(), "zero-copy");
+    assert_eq!(TransferMode::Anchor.to_string(), "anchor");
+}
+
+/// A page of `spans` spans needs `spans + 1` segments (one for the header): exactly that
+/// many is zero-copy, one fewer is bounce.
+#[test]
+fn segment_limits_decide_at_spans_plus_one() {
+    let g = mha(Layout::LayerFirst, 16);
+    let spans = g.spans_per_page();
+    let mut cap = Capability::default();
+    cap.max_segments = u32::try_from(spans + 1).unwrap();
+    let (mode, why) = decide_mode(&g, Some(0), &cap, NamingScheme::Hicache);
+    assert_eq!(mode, TransferMode::ZeroCopy, "{why}");
+    cap.max_segments -= 1;
+    assert_eq!(
+        decide_mode(&g, Some(0), &cap, NamingScheme::Hicache).0,
+        TransferMode::Bounce
+    );
+}
+
+#[test]
+fn parsers_take_every_documented_name() {
+    for (names, dtype) in [
+        (&["f32", "fp32", "float32"][..], Dtype::F32),
+        (&["f16", "fp16", "float16", "half"][..], Dtype::F16),
+        (&["bf16", "bfloat16"][..], Dtype::Bf16),
+        (
+            &["fp8", "fp8_e4m3", "float8_e4m3fn", "e4m3"][..],
+            Dtype::Fp8E4m3,
+        ),
+        (&["fp8_e5m2", "float8_e5m2", "e5m2"][..], Dtype::Fp8E5m2),
+        (&["int8", "i8"][..], Dtype::Int8),
+    ] {
+        for name in names {
+            assert_eq!(Dtype::parse(name), Some(dtype), "{name}");
+        }
+    }
+    assert_eq!(Dtype::parse("f64"), None);
+    for layout in Layout::ALL {
+        assert_eq!(Layout::parse(layout.as_str()), Some(layout));
+    }
+    assert_eq!(Layout::parse("page-first"), None);
+}
+
+#[test]
+fn page_spans_know_how_many_are_left() {
+    let g = mha(Layout::LayerFirst, 16);
+    assert_eq!(g.layers(), 4);
+    let mut spans = g.page_spans(3).unwrap();
+    let total = g.spans_per_page() as usize;
+    for left in (0..total).rev() {
+        assert_eq!(spans.len(), left + 1);
+        spans.next().unwrap();
+        assert_eq!(spans.size_hint(), (left, Some(left)));
+    }
+    assert!(spans.next().is_none());
+}
+
+/// The blocking face does what the async one does, and unregistering ends I/O.
+#[test]
+fn the_blocking_api_sets_finds_removes_and_unregisters() {
+    let cache = BlockingHiCache::new(connector(
+        Arc::new(MemoryBackend::new()),
+        &[],
+        StorageIdentity::single("m"),
+    ))
+    .unwrap();
+    let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
+    cache.register_pool(pool.clone()).unwrap();
+    let ks = keys("blocking", 3);
+    let data: Vec<Vec<u8>> = (0..3).map(|p| fill(&pool, p, 9)).collect();
+    let set = cache.batch_set(&ks, HostSlots::Pages(&[0, 1, 2])).unwrap();
+    assert!(set.iter().all(|r| r.is_ok()), "{set:?}");
+    assert_eq!(cache.batch_exists(&ks).unwrap(), 3);
+    assert_eq!(cache.batch_exists(&ks[1..2]).unwrap(), 1);
+    let got = cache.batch_get(&ks, HostSlots::Pages(&[5, 6, 7])).unwrap();
+    assert!(got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))));
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(&page_bytes(&pool, 5 + i as u64), d);
+    }
+    let removed = cache.batch_remove(&ks[..2]).unwrap();
+    assert_eq!(removed.len(), 2);
+    assert!(removed.iter().all(|r| r.is_ok()));
+    assert_eq!(cache.batch_exists(&ks[2..]).unwrap(), 1);
+    assert_eq!(cache.batch_exists(&ks).unwrap(), 0);
+    cache.unregister_pool();
+    assert!(matches!(
+        cache.batch_exists(&ks),
+        Err(Error::PoolNotRegistered)
+    ));
+}
+
+#[tokio::test]
+async fn exists_report_and_close_follow_the_pool() {
+    let cache = connector(
+        Arc::new(MemoryBackend::new()),
+        &[("naming", "sglang")],
+        StorageIdentity::single("m"),
+    );
+    assert!(cache.pool_report().is_none());
+    assert!(cache.selection_summary().is_none(), "not selected by open");
+    assert_eq!(cache.config().naming.value, NamingScheme::Sglang);
+    assert!(format!("{cache:?}").contains("HiCache"));
+    let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
+    assert!(format!("{pool:?}").contains("MmapPool"));
+    cache.register_pool(pool.clone()).unwrap();
+    assert!(cache.pool_report().is_some());
+    let ks = keys("one", 2);
+    fill(&pool, 0, 1);
+    cache
+        .batch_set(&ks[..1], HostSlots::Pages(&[0]))
+        .await
+        .unwrap();
+    assert!(cache.exists(&ks[0]).await.unwrap());
+    assert!(!cache.exists(&ks[1]).await.unwrap());
+    cache.close();
+    assert!(cache.pool_report().is_none());
+    assert!(matches!(
+        cache.exists(&ks[0]).await,
+        Err(Error::PoolNotRegistered)
+    ));
+}
+
+fn usable(_: &hicache_core::PluginContext<'_>) -> hicache_core::Verdict {
+    hicache_core::Verdict::usable("in memory")
+}
+
+fn build_memory(
+    _: &hicache_core::PluginContext<'_>,
+) -> hicache_core::Result<hicache_core::DynBackend> {
+    Ok(Arc::new(MemoryBackend::new()))
+}
+
+static MEM: hicache_core::PluginDescriptor = hicache_core::PluginDescriptor::new(
+    "MEM",
+    hicache_core::BackendKind::Object,
+    "the reference backend",
+    usable,
+    build_memory,
+);
+
+#[test]
+fn a_connector_opened_from_a_registry_says_what_was_selected() {
+    let registry = hicache_core::PluginRegistry::new(&[&MEM]).unwrap();
+    let config = ConfigLoader::new().set("plugin", "MEM").load().unwrap();
+    let cache = HiCache::open(
+        &registry,
+        config,
+        HiCacheOptions::new(StorageIdentity::single("m")),
+    )
+    .unwrap();
+    let summary = cache.selection_summary().unwrap();
+    assert!(summary.contains("MEM") && summary.len() > 3, "{summary}");
+    assert_eq!(cache.backend_info().name, "MEMORY");
+}
