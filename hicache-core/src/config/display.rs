@@ -1,0 +1,174 @@
+//! The effective configuration as entries for humans and JSON, secrets redacted.
+
+use serde::Serialize;
+
+use super::*;
+use crate::error::{Error, Result};
+
+impl Config {
+    /// Cross-field checks.
+    pub(super) fn validate(&self) -> Result<()> {
+        let (low, high) = (
+            self.cleaner_low_watermark.value,
+            self.cleaner_high_watermark.value,
+        );
+        if low >= high {
+            return Err(Error::InvalidConfig {
+                key: "l3_cleaner_low_watermark".into(),
+                source_desc: self.cleaner_low_watermark.source.to_string(),
+                reason: format!(
+                    "low watermark {low} must be lower than high watermark {high} (from {})",
+                    self.cleaner_high_watermark.source
+                ),
+                hint: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// A variable of the environment the config was loaded with.
+    pub fn env_var(&self, name: &str) -> Option<&str> {
+        self.env.get(name)
+    }
+
+    /// The section of `plugin` (case-insensitive), if the config has one.
+    pub fn section(&self, plugin: &str) -> Option<&PluginSection> {
+        self.plugin_sections
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(plugin))
+            .map(|(_, s)| s)
+    }
+
+    /// Every effective setting as (key, rendered value, source), secrets redacted — what
+    /// `hicache config show` prints.
+    pub fn entries(&self) -> Vec<ConfigEntry> {
+        let mut out = Vec::new();
+        let mut push =
+            |key: String, value: String, source: &Source, overridden: &[(Source, String)]| {
+                out.push(ConfigEntry {
+                    key,
+                    value,
+                    source: source.clone(),
+                    overridden: overridden.to_vec(),
+                })
+            };
+        push(
+            "plugin".into(),
+            self.plugin.value.to_string(),
+            &self.plugin.source,
+            &self.plugin.overridden,
+        );
+        push(
+            "storage_dir".into(),
+            render_dirs(&self.storage_dirs.value),
+            &self.storage_dirs.source,
+            &self.storage_dirs.overridden,
+        );
+        push(
+            "use_direct_io".into(),
+            self.use_direct_io.value.to_string(),
+            &self.use_direct_io.source,
+            &self.use_direct_io.overridden,
+        );
+        push(
+            "naming".into(),
+            self.naming.value.to_string(),
+            &self.naming.source,
+            &self.naming.overridden,
+        );
+        push(
+            "page_format".into(),
+            self.page_format.value.to_string(),
+            &self.page_format.source,
+            &self.page_format.overridden,
+        );
+        push(
+            "transfer_mode".into(),
+            self.transfer_mode.value.to_string(),
+            &self.transfer_mode.source,
+            &self.transfer_mode.overridden,
+        );
+        push(
+            "l3_cleaner_enabled".into(),
+            self.cleaner_enabled.value.to_string(),
+            &self.cleaner_enabled.source,
+            &self.cleaner_enabled.overridden,
+        );
+        push(
+            "l3_cleaner_high_watermark".into(),
+            self.cleaner_high_watermark.value.to_string(),
+            &self.cleaner_high_watermark.source,
+            &self.cleaner_high_watermark.overridden,
+        );
+        push(
+            "l3_cleaner_low_watermark".into(),
+            self.cleaner_low_watermark.value.to_string(),
+            &self.cleaner_low_watermark.source,
+            &self.cleaner_low_watermark.overridden,
+        );
+        for (name, section) in &self.plugin_sections {
+            for (k, s) in section.params.iter() {
+                let shown = redact_if_secret(k, &s.value.to_string());
+                push(
+                    format!("plugin.{}.{k}", name.to_ascii_lowercase()),
+                    shown,
+                    &s.source,
+                    &[],
+                );
+            }
+        }
+        for (k, s) in self.flat_params.iter() {
+            push(
+                k.to_string(),
+                redact_if_secret(k, &s.value.to_string()),
+                &s.source,
+                &[],
+            );
+        }
+        for (k, s) in &self.engine.values {
+            push(
+                format!("engine.{k}"),
+                s.value.to_string(),
+                &s.source,
+                &s.overridden,
+            );
+        }
+        out
+    }
+}
+
+/// One row of `config show`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConfigEntry {
+    /// The key.
+    pub key: String,
+    /// The rendered value (secrets as `***`).
+    pub value: String,
+    /// Where it came from.
+    pub source: Source,
+    /// Lower-precedence values it replaced.
+    pub overridden: Vec<(Source, String)>,
+}
+
+/// Whether a parameter name looks like a credential (used where no plugin spec says so).
+pub fn looks_secret(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    [
+        "secret",
+        "password",
+        "token",
+        "access_key",
+        "credential",
+        "private",
+    ]
+    .iter()
+    .any(|s| n.contains(s))
+}
+
+pub(super) fn redact_if_secret(name: &str, value: &str) -> String {
+    if looks_secret(name) {
+        "***".into()
+    } else {
+        value.to_string()
+    }
+}

@@ -1,0 +1,207 @@
+//! The environment snapshot and the loader that applies defaults, files, the environment
+//! and explicit values in order.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::*;
+use crate::error::{Error, Result};
+
+/// A snapshot of environment variables (so tests never touch the process environment).
+/// `Debug` shows only the count: the environment holds credentials.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct EnvSnapshot(BTreeMap<String, String>);
+
+impl fmt::Debug for EnvSnapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EnvSnapshot({} variables)", self.0.len())
+    }
+}
+
+impl EnvSnapshot {
+    /// The process environment.
+    pub fn from_process() -> Self {
+        EnvSnapshot(std::env::vars().collect())
+    }
+
+    /// A snapshot built from pairs.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        EnvSnapshot(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    /// A variable's value; empty values count as unset.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// Builds a [`Config`] from its sources, in precedence order.
+#[derive(Debug, Default)]
+pub struct ConfigLoader {
+    documents: Vec<(Source, Value)>,
+    env: Option<EnvSnapshot>,
+    explicit: Vec<(String, Value, Source)>,
+    errors: Vec<Error>,
+}
+
+impl ConfigLoader {
+    /// A loader with only defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a config file (`.toml` or `.json`; a leading `@` is accepted and stripped).
+    pub fn file(mut self, path: impl AsRef<Path>) -> Self {
+        let raw = path.as_ref().to_string_lossy();
+        let path = PathBuf::from(raw.strip_prefix('@').unwrap_or(&raw));
+        match read_document(&path) {
+            Ok(doc) => self.documents.push((Source::File(path), doc)),
+            Err(e) => self.errors.push(e),
+        }
+        self
+    }
+
+    /// Adds SGLang's `extra_config` argument: `@path` for a file, otherwise inline JSON.
+    pub fn extra_config(self, arg: &str) -> Self {
+        let arg = arg.trim();
+        if arg.starts_with('@') {
+            return self.file(arg);
+        }
+        let mut this = self;
+        match serde_json::from_str::<Value>(arg) {
+            Ok(doc) => this.documents.push((Source::Inline, doc)),
+            Err(e) => this.errors.push(Error::ConfigFile {
+                path: PathBuf::from("<inline>"),
+                reason: format!("not valid JSON: {e}"),
+            }),
+        }
+        this
+    }
+
+    /// Reads the environment from `env` (use [`EnvSnapshot::from_process`] in binaries).
+    pub fn env(mut self, env: EnvSnapshot) -> Self {
+        self.env = Some(env);
+        self
+    }
+
+    /// Sets a value explicitly (highest precedence). Keys are the config file's keys;
+    /// `plugin.<name>.<param>` sets a plugin parameter.
+    pub fn set(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.explicit.push((key.into(), value.into(), Source::Api));
+        self
+    }
+
+    /// Like [`set`](Self::set), for a value given by a command-line `flag` (`--dir`): the
+    /// value ranks the same, and its source is shown as the flag.
+    pub fn set_flag(
+        mut self,
+        flag: impl Into<String>,
+        key: impl Into<String>,
+        value: impl Into<Value>,
+    ) -> Self {
+        self.explicit
+            .push((key.into(), value.into(), Source::Flag(flag.into())));
+        self
+    }
+
+    /// Applies every source and validates the result.
+    pub fn load(self) -> Result<Config> {
+        if let Some(e) = self.errors.into_iter().next() {
+            return Err(e);
+        }
+        let mut cfg = Config::default();
+        let mut fully_qualified_without_active = None;
+        for (source, doc) in self.documents {
+            let Value::Object(map) = doc else {
+                return Err(Error::ConfigFile {
+                    path: source_path(&source),
+                    reason: "the top level must be a table / object".into(),
+                });
+            };
+            if apply_document(&mut cfg, map, &source)? {
+                fully_qualified_without_active = Some(source);
+            }
+        }
+        if let Some(env) = self.env {
+            apply_env(&mut cfg, &env)?;
+            cfg.env = env;
+        }
+        for (key, value, source) in self.explicit {
+            apply_explicit(&mut cfg, &key, value, &source)?;
+        }
+        if let Some(source) = fully_qualified_without_active
+            && cfg.plugin.source.rank() <= Source::Inline.rank()
+        {
+            let names: Vec<String> = cfg
+                .plugin_sections
+                .iter()
+                .map(|(n, _)| format!("[plugin.{}]", n.to_ascii_lowercase()))
+                .collect();
+            return Err(Error::InvalidConfig {
+                key: "plugin.*.active".into(),
+                source_desc: source.to_string(),
+                reason: format!("no plugin section is active among {}", names.join(", ")),
+                hint: Some("set `active = true` in the section of the plugin to use, or set HICACHE_BACKEND_PLUGIN".into()),
+            });
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+pub(super) fn source_path(source: &Source) -> PathBuf {
+    match source {
+        Source::File(p) => p.clone(),
+        other => PathBuf::from(other.to_string()),
+    }
+}
+
+pub(super) fn read_document(path: &Path) -> Result<Value> {
+    let err = |reason: String| Error::ConfigFile {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    if ext != "toml" && ext != "json" {
+        return Err(err(format!(
+            "unsupported config format `.{ext}`; use a .toml or .json file"
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    if ext == "json" {
+        serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))
+    } else {
+        let table: toml::Table = toml::from_str(&text).map_err(|e| err(toml_error(&text, &e)))?;
+        serde_json::to_value(table).map_err(|e| err(e.to_string()))
+    }
+}
+
+/// A TOML parse error by position and message only: the parser's own rendering quotes the
+/// offending line, which may hold a secret (`secret_key = "…` with a missing quote).
+pub(super) fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let position = e.span().map(|span| {
+        let before = &text[..span.start.min(text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        format!(" at line {line}, column {column}")
+    });
+    format!(
+        "invalid TOML{}: {}",
+        position.unwrap_or_default(),
+        e.message()
+    )
+}

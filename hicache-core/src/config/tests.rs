@@ -1,0 +1,422 @@
+//! The loader end to end: sources, precedence, validation, hostile input.
+use super::*;
+use std::io::Write;
+use std::path::Path;
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::File::create(&p)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    p
+}
+
+#[test]
+fn defaults() {
+    let cfg = ConfigLoader::new().load().unwrap();
+    assert_eq!(cfg.plugin.value, PluginChoice::Auto);
+    assert_eq!(
+        cfg.storage_dirs.value,
+        vec![PathBuf::from(DEFAULT_STORAGE_DIR)]
+    );
+    assert!(cfg.use_direct_io.value);
+    assert_eq!(cfg.use_direct_io.source, Source::Default);
+}
+
+#[test]
+fn precedence_file_env_api_with_provenance() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "c.toml",
+        "use_direct_io = true\nplugin = \"posix\"\nstorage_dir = \"/a\"\n",
+    );
+    let env = EnvSnapshot::from_pairs([
+        ("HICACHE_USE_DIRECT_IO", "false"),
+        ("HICACHE_STORAGE_DIR", "/b, /c"),
+    ]);
+    let cfg = ConfigLoader::new()
+        .file(&file)
+        .env(env)
+        .set("storage_dir", "/d")
+        .load()
+        .unwrap();
+    assert_eq!(cfg.plugin.value, PluginChoice::Named("POSIX".into()));
+    assert_eq!(cfg.plugin.source, Source::File(file.clone()));
+    assert!(!cfg.use_direct_io.value);
+    assert_eq!(
+        cfg.use_direct_io.source,
+        Source::Env("HICACHE_USE_DIRECT_IO".into())
+    );
+    assert_eq!(
+        cfg.use_direct_io.overridden,
+        vec![(Source::File(file), "true".into())]
+    );
+    assert_eq!(cfg.storage_dirs.value, vec![PathBuf::from("/d")]);
+    assert_eq!(cfg.storage_dirs.source, Source::Api);
+    assert_eq!(cfg.storage_dirs.overridden.len(), 2);
+
+    let cfg = ConfigLoader::new()
+        .env(EnvSnapshot::from_pairs([("HICACHE_STORAGE_DIR", "/b")]))
+        .set_flag("--dir", "storage_dir", "/d")
+        .load()
+        .unwrap();
+    assert_eq!(cfg.storage_dirs.value, vec![PathBuf::from("/d")]);
+    assert_eq!(cfg.storage_dirs.source, Source::Flag("--dir".into()));
+    assert_eq!(cfg.storage_dirs.source.to_string(), "flag --dir");
+}
+
+#[test]
+fn transfer_mode_is_auto_or_bounce() {
+    assert_eq!(
+        ConfigLoader::new().load().unwrap().transfer_mode.value,
+        TransferChoice::Auto
+    );
+    let env = EnvSnapshot::from_pairs([("HICACHE_TRANSFER_MODE", "Bounce")]);
+    let cfg = ConfigLoader::new().env(env).load().unwrap();
+    assert_eq!(cfg.transfer_mode.value, TransferChoice::Bounce);
+    assert_eq!(
+        cfg.transfer_mode.source,
+        Source::Env("HICACHE_TRANSFER_MODE".into())
+    );
+    let err = ConfigLoader::new()
+        .set("transfer_mode", "zerocopy")
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("transfer_mode") && err.contains("bounce"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sglang_env_aliases_and_conflicts() {
+    let env = EnvSnapshot::from_pairs([
+        ("SGLANG_HICACHE_NIXL_BACKEND_PLUGIN", "posix"),
+        ("SGLANG_HICACHE_NIXL_USE_DIRECT_IO", "false"),
+        ("HICACHE_STORAGE_DIR", "/x"),
+        ("SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR", "/y"),
+    ]);
+    let cfg = ConfigLoader::new().env(env).load().unwrap();
+    assert_eq!(cfg.plugin.value, PluginChoice::Named("POSIX".into()));
+    assert_eq!(
+        cfg.plugin.source,
+        Source::Env("SGLANG_HICACHE_NIXL_BACKEND_PLUGIN".into())
+    );
+    assert!(!cfg.use_direct_io.value, "the string false must mean false");
+    assert_eq!(cfg.storage_dirs.value, vec![PathBuf::from("/x")]);
+    assert!(
+        cfg.warnings.iter().any(|w| w.contains("disagree")),
+        "{:?}",
+        cfg.warnings
+    );
+    let cfg = ConfigLoader::new()
+        .env(EnvSnapshot::from_pairs([(
+            "HICACHE_BACKEND_PLUGIN",
+            "AUTO",
+        )]))
+        .load()
+        .unwrap();
+    assert_eq!(cfg.plugin.value, PluginChoice::Auto);
+}
+
+#[test]
+fn strict_booleans() {
+    for (text, want) in [
+        ("true", true),
+        ("False", false),
+        ("0", false),
+        ("yes", true),
+        ("off", false),
+    ] {
+        let cfg = ConfigLoader::new()
+            .set("use_direct_io", text)
+            .load()
+            .unwrap();
+        assert_eq!(cfg.use_direct_io.value, want, "{text}");
+    }
+    let err = ConfigLoader::new()
+        .env(EnvSnapshot::from_pairs([(
+            "HICACHE_USE_DIRECT_IO",
+            "maybe",
+        )]))
+        .load()
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("use_direct_io")
+            && msg.contains("HICACHE_USE_DIRECT_IO")
+            && msg.contains("maybe"),
+        "{msg}"
+    );
+    assert!(
+        ConfigLoader::new()
+            .set("l3_cleaner_enabled", 2)
+            .load()
+            .is_err()
+    );
+}
+
+#[test]
+fn fully_qualified_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "c.toml",
+        "use_direct_io = false\n[plugin.obj]\nactive = false\nbucket = \"b\"\n[plugin.posix]\nactive = true\nuse_uring = \"true\"\n[plugin.gds]\nactive = true\n",
+    );
+    let cfg = ConfigLoader::new().file(&file).load().unwrap();
+    assert_eq!(cfg.plugin.value, PluginChoice::Named("POSIX".into()));
+    let posix = cfg.section("posix").unwrap();
+    assert_eq!(posix.params.len(), 1, "active is not a parameter");
+    assert!(posix.params.get("use_uring").is_some());
+    assert!(cfg.warnings.iter().any(|w| w.contains("both active")));
+    assert!(!cfg.use_direct_io.value);
+}
+
+#[test]
+fn relative_dirs_in_a_file_are_relative_to_the_file_and_bind_mounts_are_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "c.toml",
+        "storage_dir = [\"pages\", \"/abs\"]\n",
+    );
+    let cfg = ConfigLoader::new().file(&file).load().unwrap();
+    assert_eq!(
+        cfg.storage_dirs.value,
+        vec![dir.path().join("pages"), PathBuf::from("/abs")]
+    );
+    for hostile in [
+        "storage_dir = [\"\"]\n",
+        "storage_dir = []\n",
+        "storage_dir = [1]\n",
+    ] {
+        let file = write(dir.path(), "h.toml", hostile);
+        let err = ConfigLoader::new().file(&file).load().unwrap_err();
+        assert!(err.to_string().contains("storage_dir"), "{hostile}: {err}");
+    }
+    // The same dir under two names that no path resolution merges: a bind mount.
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let src = std::ffi::CString::new(a.to_str().unwrap()).unwrap();
+    let dst = std::ffi::CString::new(b.to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated paths; a bind mount of one temp dir onto another.
+    let mounted = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    } == 0;
+    if mounted {
+        let err = check_dir_list(vec![a.clone(), b.clone()], &Source::Api);
+        // SAFETY: unmounting what was mounted above.
+        unsafe { libc::umount2(dst.as_ptr(), libc::MNT_DETACH) };
+        assert!(
+            err.is_err(),
+            "a bind mount of the same dir was accepted twice"
+        );
+    } else {
+        eprintln!("skipped the bind-mount half: mount needs root");
+    }
+}
+
+#[test]
+fn all_inactive_is_a_clear_error_unless_env_picks() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "c.json",
+        r#"{"plugin": {"posix": {"active": false}, "obj": {}}}"#,
+    );
+    let err = ConfigLoader::new().file(&file).load().unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("no plugin section is active") && msg.contains("[plugin.posix]"),
+        "{msg}"
+    );
+    let cfg = ConfigLoader::new()
+        .file(&file)
+        .env(EnvSnapshot::from_pairs([(
+            "HICACHE_BACKEND_PLUGIN",
+            "posix",
+        )]))
+        .load()
+        .unwrap();
+    assert_eq!(cfg.plugin.value, PluginChoice::Named("POSIX".into()));
+}
+
+#[test]
+fn unknown_keys_get_suggestions() {
+    let err = ConfigLoader::new()
+        .set("use_directio", true)
+        .load()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("did you mean `use_direct_io`"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "c.toml",
+        "storage_dirr = \"/a\"\n[plugin.posix]\nactive = true\n",
+    );
+    let err = ConfigLoader::new().file(&file).load().unwrap_err();
+    assert!(
+        err.to_string().contains("did you mean `storage_dir`"),
+        "{err}"
+    );
+    let bad = write(dir.path(), "bad.toml", "[plugin]\nposix = 3\n");
+    assert!(ConfigLoader::new().file(&bad).load().is_err());
+}
+
+#[test]
+fn flat_form_keeps_engine_keys_out_of_plugin_params() {
+    let cfg = ConfigLoader::new()
+        .extra_config(r#"{"use_uring": "true", "use_direct_io": false, "prefetch_threshold": 512, "interface_v1": true}"#)
+        .load()
+        .unwrap();
+    assert_eq!(cfg.flat_params.len(), 1);
+    assert_eq!(
+        cfg.flat_params.get("use_uring").unwrap().source,
+        Source::Inline
+    );
+    assert!(!cfg.use_direct_io.value);
+    assert_eq!(
+        cfg.engine.values["prefetch_threshold"].value,
+        RawValue::Int(512)
+    );
+    let err = ConfigLoader::new()
+        .extra_config(r#"{"prefetch_threshold": "lots"}"#)
+        .load()
+        .unwrap_err();
+    assert!(err.to_string().contains("integer"), "{err}");
+}
+
+#[test]
+fn file_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = write(dir.path(), "c.json", r#"{"use_direct_io": "false"}"#);
+    assert!(
+        !ConfigLoader::new()
+            .file(format!("@{}", json.display()))
+            .load()
+            .unwrap()
+            .use_direct_io
+            .value
+    );
+    let ini = write(dir.path(), "c.ini", "x=1");
+    let err = ConfigLoader::new().file(&ini).load().unwrap_err();
+    assert!(
+        err.to_string().contains("unsupported config format"),
+        "{err}"
+    );
+    let leaky = write(
+        dir.path(),
+        "s.toml",
+        "[plugin.obj]\naccess_key = \"AKIA\"\nsecret_key = \"hunter2-very-secret\nbucket = \"b\"\n",
+    );
+    let err = ConfigLoader::new()
+        .file(&leaky)
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("invalid TOML at line"), "{err}");
+    assert!(
+        !err.contains("hunter2"),
+        "a parse error echoed a secret: {err}"
+    );
+    let broken = write(dir.path(), "b.toml", "use_direct_io = ");
+    assert!(
+        ConfigLoader::new()
+            .file(&broken)
+            .load()
+            .unwrap_err()
+            .to_string()
+            .contains("invalid TOML")
+    );
+    assert!(
+        ConfigLoader::new()
+            .file(dir.path().join("missing.toml"))
+            .load()
+            .is_err()
+    );
+    assert!(
+        ConfigLoader::new()
+            .extra_config("{not json")
+            .load()
+            .is_err()
+    );
+}
+
+#[test]
+fn dir_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    std::fs::create_dir(&a).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&a, &link).unwrap();
+    let list = format!(" {}, ,{} ", a.display(), dir.path().join("b").display());
+    let dirs = parse_dir_list(&list, &Source::Api).unwrap();
+    assert_eq!(dirs, vec![a.clone(), dir.path().join("b")]);
+    let dup = format!("{},{}", a.display(), link.display());
+    let err = parse_dir_list(&dup, &Source::Api).unwrap_err();
+    assert!(err.to_string().contains("duplicate path"), "{err}");
+    let dup2 = format!("{}/x,{}/x", a.display(), link.display());
+    assert!(
+        parse_dir_list(&dup2, &Source::Api).is_err(),
+        "missing dirs under the same real parent"
+    );
+    assert!(parse_dir_list(" , ", &Source::Api).is_err());
+}
+
+#[test]
+fn watermarks() {
+    assert!(
+        ConfigLoader::new()
+            .set("l3_cleaner_low_watermark", "85")
+            .load()
+            .is_err()
+    );
+    let cfg = ConfigLoader::new()
+        .set("l3_cleaner_high_watermark", "90.5")
+        .load()
+        .unwrap();
+    assert_eq!(cfg.cleaner_high_watermark.value, 90.5);
+    assert!(
+        ConfigLoader::new()
+            .set("l3_cleaner_high_watermark", 150)
+            .load()
+            .is_err()
+    );
+}
+
+#[test]
+fn entries_redact_secrets() {
+    let cfg = ConfigLoader::new()
+        .set("plugin.obj.secret_key", "hunter2")
+        .set("plugin.obj.bucket", "b")
+        .load()
+        .unwrap();
+    let entries = cfg.entries();
+    let secret = entries
+        .iter()
+        .find(|e| e.key == "plugin.obj.secret_key")
+        .unwrap();
+    assert_eq!(secret.value, "***");
+    assert!(!format!("{entries:?}").contains("hunter2"));
+    assert!(!format!("{cfg:?}").contains("hunter2"));
+    assert!(
+        entries
+            .iter()
+            .any(|e| e.key == "plugin.obj.bucket" && e.value == "b")
+    );
+}
