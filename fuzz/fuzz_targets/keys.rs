@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(joined) = ObjectKey::concat(&[a, b]) {
         safe_component(joined.as_str());
     }
-    if let Ok(ns) = hicache::scrub::parse_namespace(text) {
+    if let Ok(ns) = hicache_cli::scrub::parse_namespace(text) {
         assert!(ns.len() == 16 && ns.bytes().all(|b| b.is_ascii_hexdigit()));
     }
 });

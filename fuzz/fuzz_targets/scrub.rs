@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use hicache::scrub::{ScrubOptions, scrub};
+use hicache_cli::scrub::{ScrubOptions, scrub};
 use hicache_core::Namespace;
 use hicache_core::envelope::{self, HEADER_FIELDS_LEN, Header};
 use hicache_core::routing::{bucket_name, key_hash};
