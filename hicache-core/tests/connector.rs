@@ -942,3 +942,97 @@ fn a_connector_opened_from_a_registry_says_what_was_selected() {
     assert!(summary.contains("MEM") && summary.len() > 3, "{summary}");
     assert_eq!(cache.backend_info().name, "MEMORY");
 }
+
+/// The reference backend, counting what is registered with it.
+#[derive(Debug, Default)]
+struct Counting {
+    inner: MemoryBackend,
+    registered: std::sync::atomic::AtomicI64,
+}
+
+#[async_trait::async_trait]
+impl hicache_core::StorageBackend for Counting {
+    fn info(&self) -> hicache_core::BackendInfo {
+        self.inner.info()
+    }
+    fn register(
+        &self,
+        region: hicache_core::MemoryRegion,
+    ) -> hicache_core::Result<hicache_core::RegionId> {
+        let id = self.inner.register(region)?;
+        self.registered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(id)
+    }
+    fn deregister(&self, id: hicache_core::RegionId) -> hicache_core::Result<()> {
+        self.inner.deregister(id)?;
+        self.registered
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    async fn write(&self, batch: &[hicache_core::WriteItem<'_>]) -> Vec<hicache_core::Result<()>> {
+        self.inner.write(batch).await
+    }
+    async fn read(
+        &self,
+        batch: &[hicache_core::ReadItem<'_>],
+    ) -> Vec<hicache_core::Result<ReadOutcome>> {
+        self.inner.read(batch).await
+    }
+    async fn exists(&self, keys: &[hicache_core::ObjectKey]) -> Vec<hicache_core::Result<bool>> {
+        self.inner.exists(keys).await
+    }
+    async fn remove(&self, keys: &[hicache_core::ObjectKey]) -> Vec<hicache_core::Result<()>> {
+        self.inner.remove(keys).await
+    }
+    async fn usage(&self) -> hicache_core::Result<hicache_core::Usage> {
+        self.inner.usage().await
+    }
+}
+
+/// Unregistering a pool (async, blocking or by re-registering) deregisters every region
+/// the connector registered for it: the pool itself in zero-copy mode, staging in bounce.
+#[tokio::test]
+async fn unregistering_deregisters_everything_registered() {
+    for transfer in ["auto", "bounce"] {
+        let backend = Arc::new(Counting::default());
+        let cache = HiCache::with_backend(
+            backend.clone(),
+            ConfigLoader::new()
+                .set("transfer_mode", transfer)
+                .load()
+                .unwrap(),
+            HiCacheOptions::new(StorageIdentity::single("m")),
+        )
+        .unwrap();
+        let live = || backend.registered.load(std::sync::atomic::Ordering::SeqCst);
+        let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
+        let ks = keys("reg", 4);
+        for round in 0..3 {
+            cache.register_pool(pool.clone()).unwrap();
+            cache
+                .batch_set(&ks, HostSlots::Pages(&[0, 1, 2, 3]))
+                .await
+                .unwrap();
+            cache
+                .batch_get(&ks, HostSlots::Pages(&[4, 5, 6, 7]))
+                .await
+                .unwrap();
+            assert!(live() > 0, "{transfer}: nothing registered");
+            match round {
+                0 => cache.unregister_pool().await,
+                1 => cache.close(),
+                _ => drop(cache.register_pool(pool.clone()).unwrap()),
+            }
+            if round < 2 {
+                assert_eq!(
+                    live(),
+                    0,
+                    "{transfer}, round {round}: regions left registered"
+                );
+            }
+        }
+        cache.unregister_pool().await;
+        assert_eq!(live(), 0, "{transfer}: regions left registered");
+    }
+}
