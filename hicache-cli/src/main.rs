@@ -663,12 +663,10 @@ fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Result<ExitCode
     if let Some(name) = &requested
         && !considered.iter().any(|c| c.name.eq_ignore_ascii_case(name))
     {
-        let available: Vec<String> = considered.iter().map(|c| c.name.clone()).collect();
-        return Err(hicache::Error::UnknownPlugin {
-            name: name.clone(),
-            suggestion: hicache::error::closest_match(name, available.iter().map(String::as_str)),
-            available,
-        });
+        return Err(hicache::Error::unknown_plugin(
+            name,
+            considered.iter().map(|c| c.name.as_str()),
+        ));
     }
     // A failed listing exits non-zero: the requested plugin is unusable here, or `auto`
     // finds nothing usable.

@@ -59,6 +59,16 @@ fn plugins_fails_for_an_unknown_or_unusable_plugin() {
         lower.contains("unknown plugin `posixx`") && lower.contains("did you mean `posix`"),
         "{err}"
     );
+    // A plugin of hicache's own that this build lacks names the feature that provides it.
+    if !cfg!(feature = "obj") {
+        let out = hicache()
+            .args(["plugins", "--plugin", "obj"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains("enable the `obj` feature"), "{err}");
+    }
 
     // A storage dir below a regular file cannot exist: POSIX is unusable there.
     let tmp = tempfile::tempdir().unwrap();

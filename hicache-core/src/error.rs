@@ -163,7 +163,7 @@ pub enum Error {
     },
 
     /// The requested plugin name is not registered in this build.
-    #[error("unknown plugin `{name}`; registered plugins: [{}]{}", .available.join(", "), suggestion_suffix(.suggestion))]
+    #[error("unknown plugin `{name}`; registered plugins: [{}]{}{}", .available.join(", "), suggestion_suffix(.suggestion), feature_suffix(.feature))]
     UnknownPlugin {
         /// The name asked for.
         name: String,
@@ -171,6 +171,9 @@ pub enum Error {
         available: Vec<String>,
         /// A close name, if any.
         suggestion: Option<String>,
+        /// The Cargo feature of the `hicache` crate that provides a plugin of this name,
+        /// when it is one of hicache's own.
+        feature: Option<&'static str>,
     },
 
     /// Two plugin descriptors share a name (names are case-insensitive).
@@ -300,6 +303,22 @@ impl Error {
         }
     }
 
+    /// A plugin name that is not registered, with a close registered name if there is
+    /// one and the Cargo feature that provides it if it is one of hicache's own plugins.
+    pub fn unknown_plugin<'a>(name: &str, available: impl IntoIterator<Item = &'a str>) -> Self {
+        let available: Vec<String> = available.into_iter().map(str::to_string).collect();
+        let feature = PLUGIN_FEATURES
+            .iter()
+            .find(|(plugin, _)| plugin.eq_ignore_ascii_case(name))
+            .map(|(_, feature)| *feature);
+        Error::UnknownPlugin {
+            name: name.to_string(),
+            suggestion: closest_match(name, available.iter().map(String::as_str)),
+            available,
+            feature,
+        }
+    }
+
     /// An I/O error with its operation and path.
     pub fn io(
         backend: impl Into<String>,
@@ -355,6 +374,25 @@ fn suggestion_suffix(suggestion: &Option<String>) -> String {
     suggestion
         .as_ref()
         .map(|s| format!("; did you mean `{s}`?"))
+        .unwrap_or_default()
+}
+
+/// hicache's own plugins and the Cargo feature of the `hicache` crate that compiles each.
+const PLUGIN_FEATURES: &[(&str, &str)] = &[
+    ("POSIX", "posix"),
+    ("OBJ", "obj"),
+    ("GDS", "gds"),
+    ("GDS_MT", "gds"),
+    ("3FS", "3fs"),
+];
+
+fn feature_suffix(feature: &Option<&'static str>) -> String {
+    feature
+        .map(|f| {
+            format!(
+                "; it is not compiled into this build: enable the `{f}` feature of the `hicache` crate (or `hicache-cli`)"
+            )
+        })
         .unwrap_or_default()
 }
 
@@ -422,6 +460,19 @@ mod tests {
         assert!(gone.clone().is_retryable());
         let plain = Error::backend_with_source("OBJ", "put", std::fmt::Error);
         assert!(!plain.is_retryable() && plain.clone().source().is_some());
+    }
+
+    #[test]
+    fn an_unknown_plugin_names_its_feature_or_a_close_name() {
+        let e = Error::unknown_plugin("obj", ["POSIX"]).to_string();
+        assert!(e.contains("enable the `obj` feature"), "{e}");
+        let e = Error::unknown_plugin("gds_mt", ["POSIX"]).to_string();
+        assert!(e.contains("`gds` feature"), "{e}");
+        let e = Error::unknown_plugin("POSX", ["POSIX", "OBJ"]).to_string();
+        assert!(
+            e.contains("did you mean `POSIX`") && !e.contains("feature"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::backend::{BackendKind, DynBackend};
 use crate::config::{Config, PluginChoice};
-use crate::error::{Error, Result, closest_match};
+use crate::error::{Error, Result};
 pub use crate::params::params_for;
 use crate::params::{ParamSpec, PluginParams};
 
@@ -285,11 +285,7 @@ impl PluginRegistry {
     }
 
     fn unknown(&self, name: &str) -> Error {
-        Error::UnknownPlugin {
-            name: name.to_string(),
-            available: self.plugins.iter().map(|p| p.name.to_string()).collect(),
-            suggestion: closest_match(name, self.plugins.iter().map(|p| p.name)),
-        }
+        Error::unknown_plugin(name, self.plugins.iter().map(|p| p.name))
     }
 
     /// Probes every plugin (for `hicache plugins` / `doctor`).
