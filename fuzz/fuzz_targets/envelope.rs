@@ -2,7 +2,7 @@
 //! arithmetic cannot overflow, or is refused with a reason; it never panics.
 #![no_main]
 
-use hicache_core::envelope::{self, Header};
+use hicache_core::raw::envelope::{self, Header};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

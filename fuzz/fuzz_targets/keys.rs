@@ -3,7 +3,8 @@
 //! key works.
 #![no_main]
 
-use hicache_core::{ObjectKey, PageKey};
+use hicache_core::{PageKey};
+use hicache_core::raw::{ObjectKey};
 use libfuzzer_sys::fuzz_target;
 
 fn safe_component(name: &str) {
@@ -35,9 +36,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(object) = ObjectKey::new(text) {
         safe_component(object.as_str());
         assert_eq!(object.as_str(), text);
-        let route = hicache_core::routing::route(&object, 3).expect("3 dirs route any key");
+        let route = hicache_core::raw::routing::route(&object, 3).expect("3 dirs route any key");
         assert!(route.dir < 3);
-        assert!(hicache_core::routing::route(&object, 0).is_err());
+        assert!(hicache_core::raw::routing::route(&object, 0).is_err());
     }
     // Concatenation validates the whole: safe parts cannot join into an unsafe name.
     let middle = text

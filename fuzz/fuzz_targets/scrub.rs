@@ -8,9 +8,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use hicache_cli::scrub::{ScrubOptions, scrub};
-use hicache_core::Namespace;
-use hicache_core::envelope::{self, HEADER_FIELDS_LEN, Header};
-use hicache_core::routing::{bucket_name, key_hash};
+use hicache_core::raw::Namespace;
+use hicache_core::raw::envelope::{self, HEADER_FIELDS_LEN, Header};
+use hicache_core::raw::routing::{bucket_name, key_hash};
 use libfuzzer_sys::fuzz_target;
 
 /// A private storage dir for this process (memory-backed where `/dev/shm` exists).

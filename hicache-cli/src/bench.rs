@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use hicache::{
     AttentionKind, Dtype, Error, HiCache, HostSlots, Layout, MmapPool, PageKey, PoolGeometry,
-    ReadOutcome, Result, pool,
+    ReadOutcome, Result, gather_page, scatter_page,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -381,7 +381,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
     let mut keys = round_keys(0)?;
     let fill = progress_bar(opts.progress, "fill", pages);
     for p in 0..pages {
-        pool::scatter_page(pool.as_ref(), p, &page_pattern(page_bytes, p))?;
+        scatter_page(pool.as_ref(), p, &page_pattern(page_bytes, p))?;
         fill.inc(1);
     }
     fill.finish_and_clear();
@@ -423,7 +423,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
         }
         if opts.read {
             for p in pages..2 * pages {
-                pool::scatter_page(pool.as_ref(), p, &vec![0u8; page_bytes as usize])?;
+                scatter_page(pool.as_ref(), p, &vec![0u8; page_bytes as usize])?;
             }
             let (c, k, errs) = (cache.clone(), keys.clone(), FirstErrors::default());
             let progress = progress_bar(opts.progress, "read", calls as u64);
@@ -455,7 +455,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
             let mut buf = vec![0u8; page_bytes as usize];
             let check = progress_bar(opts.progress, "verify", pages);
             for p in 0..pages {
-                pool::gather_page(pool.as_ref(), pages + p, &mut buf)?;
+                gather_page(pool.as_ref(), pages + p, &mut buf)?;
                 if buf != page_pattern(page_bytes, p) {
                     verified = false;
                 }
@@ -557,8 +557,8 @@ pub fn raw_baseline(
                 .map_err(|e| Error::io("RAW", "open", Some(p), e))
         })
         .collect::<Result<_>>()?;
-    let mut src = hicache::AlignedBuf::zeroed(buf_bytes, 4096)?;
-    let mut dst = hicache::AlignedBuf::zeroed(buf_bytes, 4096)?;
+    let mut src = hicache::raw::AlignedBuf::zeroed(buf_bytes, 4096)?;
+    let mut dst = hicache::raw::AlignedBuf::zeroed(buf_bytes, 4096)?;
     for p in 0..pages {
         src.copy_from((p * page_bytes) as usize, &page_pattern(page_bytes, p))?;
     }

@@ -3,9 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use hicache::raw::Capability;
 use hicache::{
-    Capability, Config, HiCache, HiCacheOptions, HostSlots, MmapPool, PageKey, PoolGeometry,
-    ReadOutcome, Source, StorageIdentity, TransferMode, choose_mode, pool,
+    Config, HiCache, HiCacheOptions, HostSlots, MmapPool, PageKey, PoolGeometry, ReadOutcome,
+    Source, StorageIdentity, TransferMode, choose_mode, gather_page, scatter_page,
 };
 use serde::Serialize;
 
@@ -404,7 +405,7 @@ fn memory_step(opts: &DoctorOptions) -> Step {
 async fn round_trip_step(
     config: &Config,
     opts: &DoctorOptions,
-    backend: Option<hicache::DynBackend>,
+    backend: Option<hicache::raw::DynBackend>,
 ) -> Step {
     let mut step = Step::new("round trip");
     let Some(backend) = backend else {
@@ -433,7 +434,7 @@ async fn round_trip_step(
             let bytes: Vec<u8> = (0..geometry.page_bytes())
                 .map(|i| (i as u8) ^ (p as u8).wrapping_mul(37))
                 .collect();
-            pool::scatter_page(pool.as_ref(), p, &bytes)?;
+            scatter_page(pool.as_ref(), p, &bytes)?;
             expected.push(bytes);
         }
         let src: Vec<u64> = (0..n).collect();
@@ -444,7 +445,7 @@ async fn round_trip_step(
         let mut bad = Vec::new();
         for i in 0..n as usize {
             let mut got = vec![0u8; geometry.page_bytes() as usize];
-            pool::gather_page(pool.as_ref(), n + i as u64, &mut got)?;
+            gather_page(pool.as_ref(), n + i as u64, &mut got)?;
             match (&set[i], &get[i]) {
                 (Ok(_), Ok(ReadOutcome::Hit)) if got == expected[i] => {}
                 (s, g) => bad.push(format!("page {i}: set {s:?}, get {g:?}")),

@@ -415,8 +415,8 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
             let plugin = registry
                 .get("OBJ")
                 .ok_or_else(|| hicache::Error::backend("bench", "OBJ is not registered"))?;
-            let params = hicache::registry::params_for(plugin, &config)?;
-            let ctx = hicache::PluginContext {
+            let params = hicache::raw::params_for(plugin, &config)?;
+            let ctx = hicache::raw::PluginContext {
                 config: &config,
                 params: &params,
             };
@@ -761,7 +761,7 @@ fn parameter_problems(config: &hicache::Config) -> hicache::Result<Vec<String>> 
         // Flat parameters belong to the requested plugin only.
         let own_section = config.section(plugin.name).is_some() && config.flat_params.is_empty();
         if (named || own_section)
-            && let Err(e) = hicache::registry::params_for(plugin, config)
+            && let Err(e) = hicache::raw::params_for(plugin, config)
         {
             problems.push(e.to_string());
         }

@@ -16,8 +16,8 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{Mode, fstatat};
 use std::time::{Duration, SystemTime};
 
-use hicache::envelope::{self, HEADER_FIELDS_LEN, Header};
-use hicache::routing::{bucket_name, key_hash};
+use hicache::raw::envelope::{self, HEADER_FIELDS_LEN, Header};
+use hicache::raw::routing::{bucket_name, key_hash};
 use hicache::{Error, Result};
 use serde::Serialize;
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use hicache::{
     ConfigLoader, HiCache, HiCacheOptions, HostSlots, Layout, MmapPool, PageKey, ReadOutcome,
-    StorageIdentity, pool,
+    StorageIdentity, gather_page, scatter_page,
 };
 use hicache_cli::bench::ModelShape;
 use hicache_cli::scrub::{ScrubOptions, scrub};
@@ -165,7 +165,7 @@ fn crash_writer() {
                     let slots: Vec<u64> = (stream * BATCH..(stream + 1) * BATCH).collect();
                     for (k, &slot) in (first..first + BATCH).zip(&slots) {
                         fill(k, splitmix(state ^ k), objects, &mut page);
-                        pool::scatter_page(pool.as_ref(), slot, &page).unwrap();
+                        scatter_page(pool.as_ref(), slot, &page).unwrap();
                     }
                     let _ = cache.batch_set(&keys, HostSlots::Pages(&slots)).await;
                 }
@@ -260,7 +260,7 @@ fn verify(root: &Path, variant: Variant, engine: &str, figures: &mut Figures) ->
         match r {
             Ok(ReadOutcome::Hit) => {
                 figures.hits += 1;
-                pool::gather_page(pool.as_ref(), k as u64, &mut page).unwrap();
+                gather_page(pool.as_ref(), k as u64, &mut page).unwrap();
                 if let Err(e) = check(k as u64, objects, &page) {
                     figures.wrong_pages_served += 1;
                     wrong.push(format!("{}: {e}", variant.name));

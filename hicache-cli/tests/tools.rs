@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use hicache::{
     Config, ConfigLoader, HiCache, HiCacheOptions, HostSlots, Layout, MmapPool, PageKey,
-    StorageIdentity, pool,
+    StorageIdentity, scatter_page,
 };
 use hicache_cli::bench::{BenchOptions, ModelShape};
 use hicache_cli::doctor::{DoctorOptions, Status};
@@ -237,7 +237,7 @@ fn store_pages(dir: &Path, n: u64) -> (Vec<PathBuf>, String) {
         .map(|i| PageKey::new(format!("scrub{i:059}")).unwrap())
         .collect();
     for p in 0..n {
-        pool::scatter_page(pool.as_ref(), p, &vec![p as u8 + 1; 64 << 10]).unwrap();
+        scatter_page(pool.as_ref(), p, &vec![p as u8 + 1; 64 << 10]).unwrap();
     }
     let pages: Vec<u64> = (0..n).collect();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -374,7 +374,7 @@ fn bench_verifies_every_byte() {
 
 #[test]
 fn scrub_survives_crafted_headers_and_huge_files_and_never_follows_links() {
-    use hicache::envelope::{HEADER_FIELDS_LEN, Header};
+    use hicache::raw::envelope::{HEADER_FIELDS_LEN, Header};
     let dir = tempfile::tempdir().unwrap();
     let (paths, namespace) = store_pages(dir.path(), 4);
     // 0: a header with a valid checksum whose payload length overflows the object size.

@@ -57,7 +57,11 @@ pub struct Capability {
 impl Capability {
     /// Refuses an item of more segments than [`Capability::max_segments`], before any I/O
     /// (a plugin must never truncate or split such an item silently).
-    pub fn check_segments(&self, key: &crate::ObjectKey, segments: usize) -> crate::Result<()> {
+    pub fn check_segments(
+        &self,
+        key: &crate::key::ObjectKey,
+        segments: usize,
+    ) -> crate::Result<()> {
         if segments > self.max_segments as usize {
             return Err(crate::Error::InvalidBatch {
                 reason: format!(

@@ -1,6 +1,6 @@
 //! Design notes that travel with the code.
 
-/// # How very different engines map onto [`StorageBackend`](crate::StorageBackend)
+/// # How very different engines map onto [`StorageBackend`](crate::raw::StorageBackend)
 ///
 /// The trait is batch-in, results-out: one `async fn` call per batch, one `Result` per item,
 /// memory named by slices of registrations. Each engine keeps its own submission model
@@ -58,12 +58,12 @@ pub mod transfer_modes {}
 /// # Memory: pins, cancellation and deregistration
 ///
 /// Registered memory is reached only through **pins**. A backend pins every slice of a batch
-/// with [`RegionTable::source`](crate::RegionTable::source) (memory a storage write reads)
-/// or [`RegionTable::target`](crate::RegionTable::target) (memory a storage read fills)
+/// with [`RegionTable::source`](crate::raw::RegionTable::source) (memory a storage write reads)
+/// or [`RegionTable::target`](crate::raw::RegionTable::target) (memory a storage read fills)
 /// before it issues I/O; the connector pins host pages and staging slots the same way when
 /// it checksums, gathers or scatters them. A pin
 /// - keeps the region's memory alive (owned regions) and registered:
-///   [`RegionTable::remove`](crate::RegionTable::remove) refuses with
+///   [`RegionTable::remove`](crate::raw::RegionTable::remove) refuses with
 ///   [`Error::RegionBusy`](crate::Error::RegionBusy) while any pin is held;
 /// - enforces the data-race rule: read pins may overlap, a write pin overlaps nothing, and a
 ///   pin that would break this is refused with

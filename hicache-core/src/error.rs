@@ -408,7 +408,7 @@ fn format_tried(tried: &[(String, String)]) -> String {
 }
 
 /// The closest candidate to `input` by edit distance, if it is close enough to be a likely typo.
-pub fn closest_match<'a>(
+pub(crate) fn closest_match<'a>(
     input: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {

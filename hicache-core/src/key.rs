@@ -308,7 +308,7 @@ impl fmt::Display for NamingScheme {
 
 /// Which part of a page an object holds under SGLang zero-copy naming.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KvPart {
+pub(crate) enum KvPart {
     /// `_k` (MLA's only part).
     K,
     /// `_v` (MHA only).
@@ -317,14 +317,13 @@ pub enum KvPart {
 
 /// Turns page keys into object names for one pool.
 #[derive(Clone, Debug)]
-pub struct ObjectNamer {
-    scheme: NamingScheme,
+pub(crate) struct ObjectNamer {
     suffix: String,
 }
 
 impl ObjectNamer {
     /// A namer for `scheme`, pool namespace `ns`, engine identity and pool attention kind.
-    pub fn new(
+    pub(crate) fn new(
         scheme: NamingScheme,
         ns: &Namespace,
         identity: &StorageIdentity,
@@ -341,21 +340,16 @@ impl ObjectNamer {
                 }
             }
         };
-        ObjectNamer { scheme, suffix }
-    }
-
-    /// The scheme in use.
-    pub fn scheme(&self) -> NamingScheme {
-        self.scheme
+        ObjectNamer { suffix }
     }
 
     /// The object holding the whole page.
-    pub fn page_object(&self, key: &PageKey) -> Result<ObjectKey> {
+    pub(crate) fn page_object(&self, key: &PageKey) -> Result<ObjectKey> {
         ObjectKey::concat(&[key.as_str(), &self.suffix])
     }
 
     /// The object holding one K/V part of a page (SGLang zero-copy naming).
-    pub fn part_object(&self, key: &PageKey, part: KvPart) -> Result<ObjectKey> {
+    pub(crate) fn part_object(&self, key: &PageKey, part: KvPart) -> Result<ObjectKey> {
         let tag = match part {
             KvPart::K => "_k",
             KvPart::V => "_v",
@@ -473,15 +467,11 @@ mod tests {
     }
 
     #[test]
-    fn namers_and_namespaces_say_what_they_are() {
+    fn namespaces_and_schemes_say_what_they_are() {
         let identity = StorageIdentity::single("m");
         let geometry = mha(Layout::PageFirst);
         let ns = Namespace::new(&identity, &geometry);
         assert_eq!(format!("{ns:?}"), format!("Namespace({})", ns.short_hex()));
-        for scheme in [NamingScheme::Hicache, NamingScheme::Sglang] {
-            let namer = ObjectNamer::new(scheme, &ns, &identity, &geometry.attention());
-            assert_eq!(namer.scheme(), scheme);
-        }
         assert_eq!(NamingScheme::Hicache.to_string(), "hicache");
         assert_eq!(NamingScheme::Sglang.to_string(), "sglang");
     }

@@ -1,7 +1,7 @@
 //! Memory that backends may read and write: registrations, slices of them, aligned buffers.
 //!
 //! A transfer never carries a raw pointer. It names a [`Slice`] of a region that was handed to
-//! the backend with [`StorageBackend::register`](crate::StorageBackend::register), so memory
+//! the backend with [`StorageBackend::register`](crate::raw::StorageBackend::register), so memory
 //! the backend does not know is a typed error before any I/O, not a late runtime failure.
 
 use std::alloc::Layout;

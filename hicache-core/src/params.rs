@@ -1,22 +1,7 @@
 //! Plugin parameters: one declaration per plugin yields the parameter table that config
-//! validation, `hicache plugins` and the config reference show, and the typed struct the
+//! validation and `hicache plugins` show, and the typed struct the
 //! plugin reads. A plugin reads its parameters only through that struct, so a parameter
 //! it reads but does not declare cannot compile.
-//!
-//! ```
-//! hicache_core::plugin_params! {
-//!     /// Parameters of the ACME plugin.
-//!     pub struct AcmeParams {
-//!         depth: UInt = "depth" => "requests in flight (default 8)";
-//!         mode: OneOf["fast", "safe"] = "mode" => "write mode";
-//!         token: Str = "token" => "API token", secret, env(&["ACME_TOKEN"]);
-//!     }
-//! }
-//! assert_eq!(AcmeParams::SPECS.len(), 3);
-//! assert!(AcmeParams::SPECS[2].secret);
-//! let unset = AcmeParams::from_params(&Default::default());
-//! assert!(unset.depth.is_none());
-//! ```
 
 use std::fmt;
 
@@ -329,7 +314,7 @@ impl ParamType for String {
     }
 }
 
-/// What [`plugin_params!`] implements for the struct it declares.
+/// What [`plugin_params!`](crate::plugin_params) implements for the struct it declares.
 pub trait DeclaredParams: Sized {
     /// Every parameter, in declaration order.
     const SPECS: &'static [ParamSpec];
@@ -345,7 +330,22 @@ pub trait DeclaredParams: Sized {
 /// Each line is `field: Kind = "name" => "doc"` with optional flags after a comma:
 /// `secret` (a credential: never shown) and `env(&["VAR", ...])` (environment fallbacks).
 /// `Kind` is `Bool` (`bool`), `UInt` (`u64`), `Float` (`f64`), `Str` (`String`) or
-/// `OneOf["a", "b"]` (`String`, lower-cased). See the [module docs](crate::params).
+/// `OneOf["a", "b"]` (`String`, lower-cased).
+///
+/// ```
+/// hicache_core::plugin_params! {
+///     /// Parameters of the ACME plugin.
+///     pub struct AcmeParams {
+///         depth: UInt = "depth" => "requests in flight (default 8)";
+///         mode: OneOf["fast", "safe"] = "mode" => "write mode";
+///         token: Str = "token" => "API token", secret, env(&["ACME_TOKEN"]);
+///     }
+/// }
+/// assert_eq!(AcmeParams::SPECS.len(), 3);
+/// assert!(AcmeParams::SPECS[2].secret);
+/// let unset = AcmeParams::from_params(&Default::default());
+/// assert!(unset.depth.is_none());
+/// ```
 #[macro_export]
 macro_rules! plugin_params {
     (
@@ -363,16 +363,16 @@ macro_rules! plugin_params {
             $(
                 #[doc = $doc]
                 $vis $field: ::std::option::Option<
-                    $crate::config::Setting<$crate::plugin_params!(@type $kind)>,
+                    $crate::Setting<$crate::plugin_params!(@type $kind)>,
                 >,
             )+
         }
 
         impl $name {
             /// Every parameter, as config validation and `hicache plugins` show them.
-            $vis const SPECS: &'static [$crate::params::ParamSpec] = &[
+            $vis const SPECS: &'static [$crate::raw::ParamSpec] = &[
                 $(
-                    $crate::params::ParamSpec::new(
+                    $crate::raw::ParamSpec::new(
                         $key,
                         $crate::plugin_params!(@kind $kind $([$($choice),+])?),
                         $doc,
@@ -382,17 +382,17 @@ macro_rules! plugin_params {
 
             /// The declared parameters out of validated `params`. Parameters the config
             /// does not set are `None`.
-            $vis fn from_params(params: &$crate::params::PluginParams) -> Self {
+            $vis fn from_params(params: &$crate::raw::PluginParams) -> Self {
                 $name {
                     $($field: params.__typed($key),)+
                 }
             }
         }
 
-        impl $crate::params::DeclaredParams for $name {
-            const SPECS: &'static [$crate::params::ParamSpec] = $name::SPECS;
+        impl $crate::raw::DeclaredParams for $name {
+            const SPECS: &'static [$crate::raw::ParamSpec] = $name::SPECS;
 
-            fn from_params(params: &$crate::params::PluginParams) -> Self {
+            fn from_params(params: &$crate::raw::PluginParams) -> Self {
                 $name::from_params(params)
             }
 
@@ -428,8 +428,8 @@ macro_rules! plugin_params {
     (@type Float) => { f64 };
     (@type Str) => { ::std::string::String };
     (@type OneOf) => { ::std::string::String };
-    (@kind OneOf [$($choice:literal),+]) => { $crate::params::ParamKind::OneOf(&[$($choice),+]) };
-    (@kind $kind:ident) => { $crate::params::ParamKind::$kind };
+    (@kind OneOf [$($choice:literal),+]) => { $crate::raw::ParamKind::OneOf(&[$($choice),+]) };
+    (@kind $kind:ident) => { $crate::raw::ParamKind::$kind };
 }
 
 #[cfg(test)]

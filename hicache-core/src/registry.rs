@@ -17,8 +17,7 @@ use serde::Serialize;
 use crate::backend::{BackendKind, DynBackend};
 use crate::config::{Config, PluginChoice};
 use crate::error::{Error, Result};
-pub use crate::params::params_for;
-use crate::params::{ParamSpec, PluginParams};
+use crate::params::{ParamSpec, PluginParams, params_for};
 
 /// Default priorities (higher is tried first within a kind); SGLang's order.
 pub mod priority {
@@ -102,7 +101,8 @@ pub struct PluginContext<'a> {
 /// without breaking plugins):
 ///
 /// ```
-/// # use hicache_core::{BackendKind, DynBackend, PluginContext, PluginDescriptor, Result, Verdict};
+/// # use hicache_core::raw::{BackendKind, DynBackend, PluginContext, PluginDescriptor};
+/// # use hicache_core::{Result, Verdict};
 /// # fn probe(_: &PluginContext<'_>) -> Verdict { Verdict::unusable("no device", "none") }
 /// # fn build(_: &PluginContext<'_>) -> Result<DynBackend> { unreachable!() }
 /// hicache_core::plugin_params! {
@@ -180,7 +180,7 @@ inventory::collect!(PluginRef);
 macro_rules! register_plugin {
     ($descriptor:path) => {
         $crate::__private::inventory::submit! {
-            $crate::registry::PluginRef(&$descriptor)
+            $crate::raw::PluginRef(&$descriptor)
         }
     };
 }

@@ -2,12 +2,13 @@
 
 use std::sync::Arc;
 
-use hicache_core::envelope::Header;
+use hicache_core::raw::Capability;
+use hicache_core::raw::envelope::Header;
 use hicache_core::{
-    AnchorPool, AttentionKind, BlockingHiCache, Capability, ConfigLoader, Dtype, Error, HiCache,
+    AnchorPool, AttentionKind, BlockingHiCache, ConfigLoader, Dtype, Error, HiCache,
     HiCacheOptions, HostPool, HostSlots, Layout, MemoryBackend, MissReason, MmapPool, NamingScheme,
     PageKey, PoolGeometry, ReadOutcome, SetOutcome, StorageIdentity, TransferMode, decide_mode,
-    pool,
+    gather_page, scatter_page,
 };
 
 const PAGES: u64 = 12;
@@ -73,13 +74,13 @@ fn fill(pool: &MmapPool, page: u64, seed: u8) -> Vec<u8> {
                 .wrapping_add((i >> 8) as u8)
         })
         .collect();
-    pool::scatter_page(pool, page, &flat).unwrap();
+    scatter_page(pool, page, &flat).unwrap();
     flat
 }
 
 fn page_bytes(pool: &MmapPool, page: u64) -> Vec<u8> {
     let mut out = vec![0; pool.geometry().page_bytes() as usize];
-    pool::gather_page(pool, page, &mut out).unwrap();
+    gather_page(pool, page, &mut out).unwrap();
     out
 }
 
@@ -742,7 +743,7 @@ async fn a_pool_smaller_than_its_geometry_is_refused() {
     let e = cache.register_pool(lying.clone()).unwrap_err();
     assert!(matches!(e, Error::InvalidPool { .. }), "{e}");
     let page = vec![0u8; lying.geometry.page_bytes() as usize];
-    let e = pool::scatter_page(lying.as_ref(), PAGES + 1, &page).unwrap_err();
+    let e = scatter_page(lying.as_ref(), PAGES + 1, &page).unwrap_err();
     assert!(matches!(e, Error::InvalidPool { .. }), "{e}");
 }
 
@@ -910,19 +911,19 @@ async fn exists_report_and_close_follow_the_pool() {
     ));
 }
 
-fn usable(_: &hicache_core::PluginContext<'_>) -> hicache_core::Verdict {
+fn usable(_: &hicache_core::raw::PluginContext<'_>) -> hicache_core::Verdict {
     hicache_core::Verdict::usable("in memory")
 }
 
 fn build_memory(
-    _: &hicache_core::PluginContext<'_>,
-) -> hicache_core::Result<hicache_core::DynBackend> {
+    _: &hicache_core::raw::PluginContext<'_>,
+) -> hicache_core::Result<hicache_core::raw::DynBackend> {
     Ok(Arc::new(MemoryBackend::new()))
 }
 
-static MEM: hicache_core::PluginDescriptor = hicache_core::PluginDescriptor::new(
+static MEM: hicache_core::raw::PluginDescriptor = hicache_core::raw::PluginDescriptor::new(
     "MEM",
-    hicache_core::BackendKind::Object,
+    hicache_core::raw::BackendKind::Object,
     "the reference backend",
     usable,
     build_memory,
@@ -951,41 +952,47 @@ struct Counting {
 }
 
 #[async_trait::async_trait]
-impl hicache_core::StorageBackend for Counting {
-    fn info(&self) -> hicache_core::BackendInfo {
+impl hicache_core::raw::StorageBackend for Counting {
+    fn info(&self) -> hicache_core::raw::BackendInfo {
         self.inner.info()
     }
     fn register(
         &self,
         region: hicache_core::MemoryRegion,
-    ) -> hicache_core::Result<hicache_core::RegionId> {
+    ) -> hicache_core::Result<hicache_core::raw::RegionId> {
         let id = self.inner.register(region)?;
         self.registered
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(id)
     }
-    fn deregister(&self, id: hicache_core::RegionId) -> hicache_core::Result<()> {
+    fn deregister(&self, id: hicache_core::raw::RegionId) -> hicache_core::Result<()> {
         self.inner.deregister(id)?;
         self.registered
             .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
-    async fn write(&self, batch: &[hicache_core::WriteItem<'_>]) -> Vec<hicache_core::Result<()>> {
+    async fn write(
+        &self,
+        batch: &[hicache_core::raw::WriteItem<'_>],
+    ) -> Vec<hicache_core::Result<()>> {
         self.inner.write(batch).await
     }
     async fn read(
         &self,
-        batch: &[hicache_core::ReadItem<'_>],
+        batch: &[hicache_core::raw::ReadItem<'_>],
     ) -> Vec<hicache_core::Result<ReadOutcome>> {
         self.inner.read(batch).await
     }
-    async fn exists(&self, keys: &[hicache_core::ObjectKey]) -> Vec<hicache_core::Result<bool>> {
+    async fn exists(
+        &self,
+        keys: &[hicache_core::raw::ObjectKey],
+    ) -> Vec<hicache_core::Result<bool>> {
         self.inner.exists(keys).await
     }
-    async fn remove(&self, keys: &[hicache_core::ObjectKey]) -> Vec<hicache_core::Result<()>> {
+    async fn remove(&self, keys: &[hicache_core::raw::ObjectKey]) -> Vec<hicache_core::Result<()>> {
         self.inner.remove(keys).await
     }
-    async fn usage(&self) -> hicache_core::Result<hicache_core::Usage> {
+    async fn usage(&self) -> hicache_core::Result<hicache_core::raw::Usage> {
         self.inner.usage().await
     }
 }

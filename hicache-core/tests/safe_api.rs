@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hicache_core::{
     AttentionKind, ConfigLoader, Dtype, Error, HiCache, HiCacheOptions, HostPool, HostSlots,
-    Layout, MemoryBackend, MemoryRegion, MmapPool, PageKey, PoolGeometry, StorageIdentity, pool,
+    Layout, MemoryBackend, MemoryRegion, MmapPool, PageKey, PoolGeometry, StorageIdentity,
+    gather_page, scatter_page,
 };
 
 fn geometry(pages: u64) -> PoolGeometry {
@@ -57,9 +58,9 @@ fn absurd_geometries_are_refused_at_construction() {
     assert!(g.page_spans(u64::MAX).is_err());
     let p = MmapPool::new(g).unwrap();
     let mut buf = vec![0; g.page_bytes() as usize];
-    assert!(pool::gather_page(&p, u64::MAX, &mut buf).is_err());
-    assert!(pool::scatter_page(&p, 8, &buf).is_err());
-    assert!(pool::scatter_page(&p, 0, &buf[1..]).is_err());
+    assert!(gather_page(&p, u64::MAX, &mut buf).is_err());
+    assert!(scatter_page(&p, 8, &buf).is_err());
+    assert!(scatter_page(&p, 0, &buf[1..]).is_err());
     assert!(p.write_bytes(u64::MAX, &[1]).is_err());
     assert!(p.read_bytes(g.pool_bytes() - 1, &mut [0; 2]).is_err());
 }
@@ -108,7 +109,7 @@ fn a_geometry_that_changes_between_calls_is_read_once_per_call() {
     for page in [0u64, 3, 100, 4095] {
         for _ in 0..4 {
             let before = p.calls.load(Ordering::Relaxed);
-            let r = pool::gather_page(&p, page, &mut buf);
+            let r = gather_page(&p, page, &mut buf);
             assert_eq!(
                 p.calls.load(Ordering::Relaxed),
                 before + 1,
@@ -122,7 +123,7 @@ fn a_geometry_that_changes_between_calls_is_read_once_per_call() {
                     "{e}"
                 );
             }
-            let r = pool::scatter_page(&p, page, &buf);
+            let r = scatter_page(&p, page, &buf);
             if let Err(e) = &r {
                 assert!(
                     matches!(e, Error::InvalidPool { .. } | Error::InvalidBatch { .. }),
@@ -190,7 +191,7 @@ fn accessors_never_race_a_transfer() {
     ));
     let mut page = vec![0; g.page_bytes() as usize];
     assert!(matches!(
-        pool::gather_page(&p, 0, &mut page),
+        gather_page(&p, 0, &mut page),
         Err(Error::MemoryBusy { .. })
     ));
     // Bytes outside the transfer are free.

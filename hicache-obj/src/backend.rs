@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use hicache_core::{
-    BackendInfo, BackendKind, Capability, Error, HostBytes, MemKind, MemoryRegion, MissReason,
-    ObjectKey, ReadItem, ReadOutcome, RegionId, RegionTable, Result, Slice, StorageBackend,
-    TargetSlice, Usage, WriteItem,
+use hicache_core::raw::{
+    BackendInfo, BackendKind, Capability, HostBytes, ObjectKey, ReadItem, RegionId, RegionTable,
+    Slice, StorageBackend, TargetSlice, Usage, WriteItem,
 };
+use hicache_core::{Error, MemKind, MemoryRegion, MissReason, ReadOutcome, Result};
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;
 use object_store::{

@@ -3,8 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use hicache_core::config::Setting;
-use hicache_core::{Error, ParamSpec, PluginContext, Result};
+use hicache_core::Setting;
+use hicache_core::raw::{ParamSpec, PluginContext};
+use hicache_core::{Error, Result};
 
 use crate::NAME;
 

@@ -3,7 +3,7 @@
 //! the rest [`Error::Backend`], each with a hint where one helps.
 
 use hicache_core::Error;
-use hicache_core::error::SharedSource;
+use hicache_core::raw::SharedSource;
 use object_store::client::{HttpError, HttpErrorKind};
 
 use crate::NAME;

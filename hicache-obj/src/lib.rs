@@ -11,7 +11,8 @@ mod sdk;
 pub use backend::ObjBackend;
 pub use config::{ClientKind, ObjConfig, ObjParams, PARAMS, Target};
 
-use hicache_core::{BackendKind, DynBackend, PluginContext, PluginDescriptor, Result, priority};
+use hicache_core::Result;
+use hicache_core::raw::{BackendKind, DynBackend, PluginContext, PluginDescriptor, priority};
 
 /// The plugin's name.
 pub const NAME: &str = "OBJ";

@@ -2,7 +2,8 @@
 //! put, get and delete of a probe object.
 
 use bytes::Bytes;
-use hicache_core::{PluginContext, Verdict};
+use hicache_core::Verdict;
+use hicache_core::raw::PluginContext;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 

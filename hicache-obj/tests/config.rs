@@ -2,8 +2,9 @@
 //! reaches the plugin, and `client = "aws-sdk"` selects the SDK client (or, in a build
 //! without it, says which feature provides it).
 
-use hicache_core::registry::params_for;
-use hicache_core::{ConfigLoader, EnvSnapshot, PluginContext};
+use hicache_core::raw::PluginContext;
+use hicache_core::raw::params_for;
+use hicache_core::{ConfigLoader, EnvSnapshot};
 use hicache_obj::{ClientKind, DESCRIPTOR, ObjBackend, ObjConfig, ObjParams};
 
 /// Loads `toml` from a file, as `hicache --config` would, with an empty environment.

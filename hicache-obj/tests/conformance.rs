@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use hicache_core::DynBackend;
+use hicache_core::raw::DynBackend;
 use hicache_obj::{ClientKind, ObjBackend, ObjConfig, Target};
 use hicache_testkit::s3::{ACCESS_KEY, S3Kind, S3Server, SECRET_KEY};
 use hicache_testkit::{Suite, TrialEnv, per_trial};

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
+use hicache_core::raw::StorageBackend;
 use hicache_core::{
     ConfigLoader, HiCache, HiCacheOptions, HostSlots, Layout, PluginRegistry, ReadOutcome,
-    StorageBackend, StorageIdentity,
+    StorageIdentity,
 };
 use hicache_obj::{ObjBackend, ObjConfig, Target};
 use hicache_testkit::fixtures::{fill_page, keys, mha, page_bytes, pool};

@@ -4,11 +4,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use hicache_core::routing::{self, bucket_name};
-use hicache_core::{
-    BackendInfo, BackendKind, Capability, Error, MemKind, MemoryRegion, ObjectKey, ReadItem,
-    ReadOutcome, RegionId, RegionTable, Result, Slice, StorageBackend, Usage, WriteItem,
+use hicache_core::raw::routing::{self, bucket_name};
+use hicache_core::raw::{
+    BackendInfo, BackendKind, Capability, ObjectKey, ReadItem, RegionId, RegionTable, Slice,
+    StorageBackend, Usage, WriteItem,
 };
+use hicache_core::{Error, MemKind, MemoryRegion, ReadOutcome, Result};
 
 use crate::NAME;
 use crate::config::{EngineChoice, PosixConfig};

@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
-use hicache_core::config::Setting;
-use hicache_core::{Error, ParamSpec, PluginContext, Result};
+use hicache_core::Setting;
+use hicache_core::raw::{ParamSpec, PluginContext};
+use hicache_core::{Error, Result};
 
 use crate::NAME;
 

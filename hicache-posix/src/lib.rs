@@ -20,7 +20,8 @@ pub use fsinfo::{FALLBACK_ALIGN, FsInfo, fs_info, space};
 pub use inspect::{RootContents, inspect_root};
 pub use probe::{DirProbe, DirProblem, probe_dir};
 
-use hicache_core::{BackendKind, DynBackend, PluginContext, PluginDescriptor, Result, priority};
+use hicache_core::Result;
+use hicache_core::raw::{BackendKind, DynBackend, PluginContext, PluginDescriptor, priority};
 
 /// The plugin's name.
 pub const NAME: &str = "POSIX";

@@ -4,7 +4,8 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use hicache_core::{Error, ReadOutcome, Result, SourceSlice, TargetSlice};
+use hicache_core::raw::{SourceSlice, TargetSlice};
+use hicache_core::{Error, ReadOutcome, Result};
 
 use crate::NAME;
 use crate::io::{self, IoFailure, Root};

@@ -3,7 +3,8 @@
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use hicache_core::{AlignedBuf, PluginContext, Verdict};
+use hicache_core::Verdict;
+use hicache_core::raw::{AlignedBuf, PluginContext};
 
 use crate::config::{EngineChoice, PosixConfig};
 use crate::fsinfo::{self, FsInfo};

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use hicache_core::{DynBackend, Error, StorageBackend};
+use hicache_core::Error;
+use hicache_core::raw::{DynBackend, StorageBackend};
 use hicache_posix::{EngineChoice, PosixBackend, PosixConfig, SyncMode};
 use hicache_testkit::TrialEnv;
 

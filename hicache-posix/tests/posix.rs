@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use hicache_core::raw::{AlignedBuf, ObjectKey, ReadItem, Slice, StorageBackend, WriteItem};
 use hicache_core::{
-    AlignedBuf, AttentionKind, BlockingHiCache, ConfigLoader, Dtype, Error, HiCache,
-    HiCacheOptions, HostPool, HostSlots, Layout, MemoryRegion, MissReason, MmapPool, ObjectKey,
-    PageKey, PoolGeometry, ReadItem, ReadOutcome, Slice, StorageBackend, StorageIdentity,
-    TransferMode, WriteItem, pool,
+    AttentionKind, BlockingHiCache, ConfigLoader, Dtype, Error, HiCache, HiCacheOptions, HostPool,
+    HostSlots, Layout, MemoryRegion, MissReason, MmapPool, PageKey, PoolGeometry, ReadOutcome,
+    StorageIdentity, TransferMode, gather_page, scatter_page,
 };
 use hicache_posix::{EngineChoice, PosixBackend, PosixConfig};
 
@@ -100,13 +100,13 @@ fn fill(pool: &MmapPool, page: u64, seed: u8) -> Vec<u8> {
                 .wrapping_add((i >> 9) as u8)
         })
         .collect();
-    pool::scatter_page(pool, page, &flat).unwrap();
+    scatter_page(pool, page, &flat).unwrap();
     flat
 }
 
 fn page(pool: &MmapPool, p: u64) -> Vec<u8> {
     let mut v = vec![0; pool.geometry().page_bytes() as usize];
-    pool::gather_page(pool, p, &mut v).unwrap();
+    gather_page(pool, p, &mut v).unwrap();
     v
 }
 
@@ -235,7 +235,7 @@ async fn unaligned_slices_rejected(engine: EngineChoice) {
             .await;
         assert!(r[0].is_err());
     }
-    let unknown = [Slice::new(hicache_core::RegionId(999), 0, 4096)];
+    let unknown = [Slice::new(hicache_core::raw::RegionId(999), 0, 4096)];
     let r = b
         .write(&[WriteItem {
             key: &key,
@@ -465,7 +465,7 @@ fn killed_writer_child_process() {
         let pages: Vec<u64> = (0..KILL_PAGES as u64).collect();
         for round in 0usize.. {
             for (p, bytes) in versions[round % 2].iter().enumerate() {
-                pool::scatter_page(pool.as_ref(), p as u64, bytes).unwrap();
+                scatter_page(pool.as_ref(), p as u64, bytes).unwrap();
             }
             let marker = Path::new(&dir).join("in-batch");
             std::fs::write(&marker, b"1").unwrap();

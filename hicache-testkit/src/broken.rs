@@ -19,11 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hicache_core::{
-    BackendInfo, DynBackend, Error, MemKind, MemoryBackend, MemoryRegion, MissReason, ObjectKey,
-    ReadItem, ReadOutcome, RegionId, RegionTable, Result, Slice, StorageBackend, TargetSlice,
-    Usage, WriteItem,
+use hicache_core::raw::{
+    BackendInfo, DynBackend, ObjectKey, ReadItem, RegionId, RegionTable, Slice, StorageBackend,
+    TargetSlice, Usage, WriteItem,
 };
+use hicache_core::{Error, MemKind, MemoryBackend, MemoryRegion, MissReason, ReadOutcome, Result};
 
 use crate::suite::{Suite, TrialEnv, per_trial};
 

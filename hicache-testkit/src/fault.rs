@@ -10,10 +10,10 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hicache_core::{
-    BackendInfo, DynBackend, Error, MemoryRegion, ObjectKey, ReadItem, ReadOutcome, RegionId,
-    Result, Slice, StorageBackend, Usage, WriteItem,
+use hicache_core::raw::{
+    BackendInfo, DynBackend, ObjectKey, ReadItem, RegionId, Slice, StorageBackend, Usage, WriteItem,
 };
+use hicache_core::{Error, MemoryRegion, ReadOutcome, Result};
 
 /// What to inject, each a probability per item (or per batch for `batch_cut`).
 #[derive(Clone, Debug, Default)]

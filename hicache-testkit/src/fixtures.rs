@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
-use hicache_core::{AttentionKind, Dtype, HostPool, Layout, MmapPool, PageKey, PoolGeometry, pool};
+use hicache_core::{
+    AttentionKind, Dtype, HostPool, Layout, MmapPool, PageKey, PoolGeometry, gather_page,
+    scatter_page,
+};
 
 /// A small MHA geometry (2 heads × 64, 4 layers, bf16): 4 KiB per layer per K/V at 16 tokens.
 pub fn mha(layout: Layout, page_tokens: u64, pages: u64) -> PoolGeometry {
@@ -82,14 +85,14 @@ pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
 /// Fills host page `page` with `pattern(page_bytes, seed)` and returns the bytes.
 pub fn fill_page(pool: &MmapPool, page: u64, seed: u32) -> Vec<u8> {
     let bytes = pattern(pool.geometry().page_bytes() as usize, seed);
-    pool::scatter_page(pool, page, &bytes).expect("page in pool");
+    scatter_page(pool, page, &bytes).expect("page in pool");
     bytes
 }
 
 /// The flat bytes of host page `page`.
 pub fn page_bytes(pool: &MmapPool, page: u64) -> Vec<u8> {
     let mut out = vec![0; pool.geometry().page_bytes() as usize];
-    pool::gather_page(pool, page, &mut out).expect("page in pool");
+    gather_page(pool, page, &mut out).expect("page in pool");
     out
 }
 

@@ -2,9 +2,10 @@
 //! reaches the typed struct the plugin reads. With [`plugin_params!`](hicache_core::plugin_params)
 //! a plugin reads nothing it has not declared; this check closes the other direction.
 
-use hicache_core::params::{DeclaredParams, ParamKind};
-use hicache_core::registry::params_for;
-use hicache_core::{ConfigLoader, EnvSnapshot, PluginDescriptor};
+use hicache_core::raw::PluginDescriptor;
+use hicache_core::raw::params_for;
+use hicache_core::raw::{DeclaredParams, ParamKind};
+use hicache_core::{ConfigLoader, EnvSnapshot};
 
 /// Sets every parameter in `plugin`'s table in a config file (a value of its kind) and
 /// fails unless each one is accepted and read back by `P`, the typed parameters the plugin
@@ -63,8 +64,9 @@ pub fn check_declared_params<P: DeclaredParams + std::fmt::Debug>(plugin: &Plugi
 
 #[cfg(test)]
 mod tests {
-    use hicache_core::params::ParamSpec;
-    use hicache_core::{BackendKind, DynBackend, PluginContext, Result, Verdict};
+    use hicache_core::raw::ParamSpec;
+    use hicache_core::raw::{BackendKind, DynBackend, PluginContext};
+    use hicache_core::{Result, Verdict};
 
     use super::*;
 

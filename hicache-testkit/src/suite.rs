@@ -6,9 +6,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use hicache_core::{
-    Capability, ConfigLoader, DynBackend, HiCache, HiCacheOptions, Result, StorageIdentity,
-};
+use hicache_core::raw::{Capability, DynBackend};
+use hicache_core::{ConfigLoader, HiCache, HiCacheOptions, Result, StorageIdentity};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
 use crate::broken::Bug;

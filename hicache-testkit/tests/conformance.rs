@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use hicache_core::{DynBackend, MemoryBackend};
+use hicache_core::MemoryBackend;
+use hicache_core::raw::DynBackend;
 use hicache_testkit::per_trial;
 
 fn memory(align: u64) -> impl Fn(&hicache_testkit::TrialEnv) -> hicache_core::Result<DynBackend> {

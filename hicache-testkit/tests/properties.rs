@@ -1,8 +1,9 @@
 //! Property tests for routing, key validation and envelope decoding.
 
-use hicache_core::envelope::{Header, MAGIC};
-use hicache_core::routing::{bucket_name, route, route_hash};
-use hicache_core::{Namespace, ObjectKey, PageKey};
+use hicache_core::PageKey;
+use hicache_core::raw::envelope::{Header, MAGIC};
+use hicache_core::raw::routing::{bucket_name, route, route_hash};
+use hicache_core::raw::{Namespace, ObjectKey};
 use proptest::prelude::*;
 
 proptest! {

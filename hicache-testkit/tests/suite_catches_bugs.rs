@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use hicache_core::raw::DynBackend;
 use hicache_core::{
-    ConfigLoader, DynBackend, HiCache, HiCacheOptions, HostSlots, ReadOutcome, StorageIdentity,
+    ConfigLoader, HiCache, HiCacheOptions, HostSlots, ReadOutcome, StorageIdentity,
 };
 use hicache_testkit::broken::{BrokenBackend, Bug, broken_suite};
 use hicache_testkit::cases::ALL;

@@ -16,7 +16,7 @@ pub use hicache_posix as posix;
 ///
 /// Naming each descriptor forces its crate to be linked (inventory entries of an rlib that
 /// nothing references are dropped) and serves callers where static constructors do not run.
-pub fn builtin_plugins() -> Vec<&'static PluginDescriptor> {
+pub fn builtin_plugins() -> Vec<&'static raw::PluginDescriptor> {
     [
         #[cfg(feature = "posix")]
         &hicache_posix::DESCRIPTOR,

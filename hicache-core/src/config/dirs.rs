@@ -18,7 +18,7 @@ pub(super) fn render_dirs(dirs: &[PathBuf]) -> String {
 
 /// Parses a comma list of storage dirs (SGLang's form): entries trimmed, empty ones dropped,
 /// order kept, duplicates (same real path, e.g. through a symlink) rejected.
-pub fn parse_dir_list(list: &str, source: &Source) -> Result<Vec<PathBuf>> {
+pub(crate) fn parse_dir_list(list: &str, source: &Source) -> Result<Vec<PathBuf>> {
     check_dir_list(
         list.split(',')
             .map(str::trim)
@@ -35,7 +35,7 @@ pub fn parse_dir_list(list: &str, source: &Source) -> Result<Vec<PathBuf>> {
 /// A relative entry from a config file is relative to the file's directory, not to the
 /// process's working directory. Two entries are the same dir when their real paths match or,
 /// for dirs that exist, their device and inode do (a bind mount has another path).
-pub fn check_dir_list(list: Vec<PathBuf>, source: &Source) -> Result<Vec<PathBuf>> {
+pub(crate) fn check_dir_list(list: Vec<PathBuf>, source: &Source) -> Result<Vec<PathBuf>> {
     use std::os::unix::fs::MetadataExt;
     let mut dirs: Vec<PathBuf> = Vec::new();
     let mut real: Vec<(PathBuf, Option<(u64, u64)>)> = Vec::new();

@@ -151,7 +151,7 @@ pub struct ConfigEntry {
 }
 
 /// Whether a parameter name looks like a credential (used where no plugin spec says so).
-pub fn looks_secret(name: &str) -> bool {
+pub(crate) fn looks_secret(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     [
         "secret",

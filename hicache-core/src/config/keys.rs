@@ -29,7 +29,7 @@ pub(super) const ENGINE_KEYS: &[(&str, EngineKind)] = &[
 ];
 
 /// hicache's own top-level keys.
-pub const TOP_LEVEL_KEYS: &[&str] = &[
+pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "plugin",
     "storage_dir",
     "use_direct_io",
@@ -42,7 +42,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
 ];
 
 /// Environment variables read, each with its SGLang alias (the hicache name wins).
-pub const ENV_VARS: &[(&str, &str, &str)] = &[
+pub(crate) const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "plugin",
         "HICACHE_BACKEND_PLUGIN",

@@ -32,12 +32,14 @@ use display::redact_if_secret;
 use keys::{apply_document, apply_env, apply_explicit};
 use values::{one_of, percent, raw_value, strict_bool, string_value, type_error};
 
-pub use dirs::{check_dir_list, parse_dir_list};
-pub use display::{ConfigEntry, looks_secret};
-pub use keys::{ENV_VARS, TOP_LEVEL_KEYS};
+pub(crate) use dirs::{check_dir_list, parse_dir_list};
+pub use display::ConfigEntry;
+pub(crate) use display::looks_secret;
+pub(crate) use keys::TOP_LEVEL_KEYS;
 pub use loader::{ConfigLoader, EnvSnapshot};
 pub use source::{Setting, Source};
-pub use values::{EngineKeys, Params, PluginSection, RawValue, parse_bool};
+pub(crate) use values::parse_bool;
+pub use values::{EngineKeys, Params, PluginSection, RawValue};
 
 /// Default storage dir (SGLang's NIXL default).
 pub const DEFAULT_STORAGE_DIR: &str = "/tmp/hicache_storage";

@@ -135,7 +135,7 @@ pub(super) fn string_value(key: &str, value: &Value, source: &Source) -> Result<
 }
 
 /// Strict boolean: true/false, 1/0, yes/no, on/off (any case), or a real boolean.
-pub fn parse_bool(s: &str) -> Option<bool> {
+pub(crate) fn parse_bool(s: &str) -> Option<bool> {
     match s.trim().to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "y" | "on" => Some(true),
         "false" | "0" | "no" | "n" | "off" => Some(false),

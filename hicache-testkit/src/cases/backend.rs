@@ -2,10 +2,8 @@
 
 use std::sync::Arc;
 
-use hicache_core::{
-    AlignedBuf, DynBackend, Error, MemKind, MemoryRegion, MissReason, ObjectKey, ReadItem,
-    ReadOutcome, RegionId, Slice, WriteItem,
-};
+use hicache_core::raw::{AlignedBuf, DynBackend, ObjectKey, ReadItem, RegionId, Slice, WriteItem};
+use hicache_core::{Error, MemKind, MemoryRegion, MissReason, ReadOutcome};
 
 use crate::check::{CaseError, CaseResult, only, per_item, skip};
 use crate::fixtures::pattern;
@@ -780,7 +778,7 @@ pub async fn backend_persists_across_instances(env: &TrialEnv) -> CaseResult {
 pub async fn backend_unusual_but_valid_names(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let max = hicache_core::key::MAX_OBJECT_KEY_LEN;
+    let max = hicache_core::raw::MAX_OBJECT_KEY_LEN;
     let limit = env.name_limit().map_or(max, |l| l.min(max));
     let long = |last: char| {
         format!(

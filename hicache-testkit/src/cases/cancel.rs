@@ -12,10 +12,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hicache_core::raw::{Access, ObjectKey, ReadItem, Slice, WriteItem};
 use hicache_core::{
-    Access, Error, HiCache, HiCacheOptions, HostPool, HostSlots, Layout, MmapPool, ObjectKey,
-    PoolGeometry, ReadItem, ReadOutcome, SetOutcome, Slice, StorageIdentity, TransferMode,
-    WriteItem, pool as hpool,
+    Error, HiCache, HiCacheOptions, HostPool, HostSlots, Layout, MmapPool, PoolGeometry,
+    ReadOutcome, SetOutcome, StorageIdentity, TransferMode, gather_page, scatter_page,
 };
 
 use crate::cases::backend::{Buf, block, buffer, key};
@@ -86,7 +86,7 @@ async fn fill(pool: &MmapPool, page: u64, bytes: &[u8]) -> Result<(), CaseError>
         .memory()
         .ok_or_else(|| CaseError::Failed("an mmap pool without memory".into()))?;
     loop {
-        match hpool::scatter_page(pool, page, bytes) {
+        match scatter_page(pool, page, bytes) {
             Err(Error::MemoryBusy { .. }) => {
                 for span in geometry.page_spans(page)? {
                     memory
@@ -103,7 +103,7 @@ async fn fill(pool: &MmapPool, page: u64, bytes: &[u8]) -> Result<(), CaseError>
 /// failure (the transfer outlived its call).
 fn page_of(pool: &MmapPool, page: u64) -> Result<Vec<u8>, CaseError> {
     let mut out = vec![0; pool.geometry().page_bytes() as usize];
-    hpool::gather_page(pool, page, &mut out).map_err(|e| {
+    gather_page(pool, page, &mut out).map_err(|e| {
         CaseError::Failed(format!(
             "host page {page} is unreadable after its calls returned: {e}"
         ))

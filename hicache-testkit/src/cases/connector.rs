@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
+use hicache_core::raw::{ObjectKey, ReadItem, WriteItem};
 use hicache_core::{
     AnchorPool, AttentionKind, Dtype, Error, HiCache, HiCacheOptions, HostSlots, Layout,
-    MissReason, MmapPool, NamingScheme, ObjectKey, PageKey, PoolGeometry, ReadItem, ReadOutcome,
-    SetOutcome, StorageIdentity, TransferMode, WriteItem,
+    MissReason, MmapPool, NamingScheme, PageKey, PoolGeometry, ReadOutcome, SetOutcome,
+    StorageIdentity, TransferMode,
 };
 
 use crate::cases::backend::{block, buffer};
