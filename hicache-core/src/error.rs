@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::memory::RegionId;
+use crate::region_id::RegionId;
 
 /// The error an [`Error`] wraps, shared so that cloning an error (one per item of a batch
 /// that failed as a whole) keeps it.

@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use blake2::digest::consts::{U8, U16};
+use blake2::digest::consts::U16;
 use blake2::{Blake2b, Digest};
 use serde::Serialize;
 
@@ -112,7 +112,7 @@ impl ObjectKey {
         }
         let name = std::str::from_utf8(&buf[..at]).expect("concatenated str slices are UTF-8");
         validate_name(name, MAX_OBJECT_KEY_LEN)?;
-        let hash = crate::routing::key_hash(name);
+        let hash = crate::hash::key_hash(name);
         Ok(ObjectKey {
             len: at as u8,
             buf,
@@ -356,12 +356,6 @@ impl ObjectNamer {
         };
         ObjectKey::concat(&[key.as_str(), &self.suffix, tag])
     }
-}
-
-/// blake2b with an 8-byte digest, read big-endian: SGLang's `nixl_routing` hash.
-pub(crate) fn blake2b_u64(bytes: &[u8]) -> u64 {
-    let digest = Blake2b::<U8>::digest(bytes);
-    u64::from_be_bytes(digest.into())
 }
 
 #[cfg(test)]

@@ -15,15 +15,7 @@ use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 
-/// Identifies one registration inside one backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RegionId(pub u64);
-
-impl fmt::Display for RegionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
+pub use crate::region_id::RegionId;
 
 /// Where a region's bytes live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

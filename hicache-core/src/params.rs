@@ -5,9 +5,8 @@
 
 use std::fmt;
 
-use crate::config::{Config, RawValue, Setting, Source, TOP_LEVEL_KEYS, parse_bool};
-use crate::error::{Error, Result, closest_match};
-use crate::registry::PluginDescriptor;
+use crate::config::{RawValue, Setting, Source, parse_bool};
+use crate::error::{Error, Result};
 
 /// Type of a plugin parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,7 +91,7 @@ impl fmt::Display for ParamValue {
 /// The validated parameters of one plugin. `Debug` and `Display` redact secrets.
 #[derive(Clone, Default)]
 pub struct PluginParams {
-    values: Vec<(&'static ParamSpec, Setting<ParamValue>)>,
+    pub(crate) values: Vec<(&'static ParamSpec, Setting<ParamValue>)>,
 }
 
 impl fmt::Debug for PluginParams {
@@ -156,74 +155,7 @@ impl PluginParams {
     }
 }
 
-/// The validated parameters of `plugin`: its `[plugin.<name>]` section, plus flat-form
-/// parameters, plus environment fallbacks. Unknown names are errors with a suggestion.
-pub fn params_for(plugin: &PluginDescriptor, config: &Config) -> Result<PluginParams> {
-    let mut out = PluginParams::default();
-    let section = config.section(plugin.name);
-    let given = section
-        .into_iter()
-        .flat_map(|s| s.params.iter())
-        .chain(config.flat_params.iter());
-    for (name, setting) in given {
-        let Some(spec) = plugin.params.iter().find(|s| s.name == name) else {
-            let candidates = plugin
-                .params
-                .iter()
-                .map(|s| s.name)
-                .chain(TOP_LEVEL_KEYS.iter().copied());
-            return Err(Error::UnknownConfigKey {
-                key: name.to_string(),
-                context: format!(
-                    "parameters of plugin {} (accepted: {})",
-                    plugin.name,
-                    plugin
-                        .params
-                        .iter()
-                        .map(|s| s.name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                suggestion: closest_match(name, candidates),
-            });
-        };
-        if out.values.iter().any(|(s, _)| s.name == spec.name) {
-            continue; // the plugin section wins over the flat form
-        }
-        let value = typed(spec, &setting.value, &setting.source)?;
-        out.values.push((
-            spec,
-            Setting {
-                value,
-                source: setting.source.clone(),
-                overridden: Vec::new(),
-            },
-        ));
-    }
-    for spec in plugin.params {
-        if out.values.iter().any(|(s, _)| s.name == spec.name) {
-            continue;
-        }
-        for var in spec.env_fallback {
-            if let Some(v) = config.env_var(var) {
-                let source = Source::Env(var.to_string());
-                let value = typed(spec, &RawValue::Str(v.to_string()), &source)?;
-                out.values.push((
-                    spec,
-                    Setting {
-                        value,
-                        source,
-                        overridden: Vec::new(),
-                    },
-                ));
-                break;
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn typed(spec: &ParamSpec, raw: &RawValue, source: &Source) -> Result<ParamValue> {
+pub(crate) fn typed(spec: &ParamSpec, raw: &RawValue, source: &Source) -> Result<ParamValue> {
     let shown = if spec.secret {
         "***".to_string()
     } else {
@@ -437,7 +369,7 @@ mod tests {
     use super::*;
     use crate::backend::BackendKind;
     use crate::config::ConfigLoader;
-    use crate::registry::Verdict;
+    use crate::registry::{PluginDescriptor, Verdict, params_for};
 
     crate::plugin_params! {
         /// Every kind once.

@@ -17,9 +17,9 @@ pub use crate::memory::{
     Slice, SourceSlice, TargetSlice, align_up, check_aligned,
 };
 pub use crate::params::{
-    DeclaredParams, ParamKind, ParamSpec, ParamType, ParamValue, PluginParams, params_for,
+    DeclaredParams, ParamKind, ParamSpec, ParamType, ParamValue, PluginParams,
 };
-pub use crate::registry::{PluginContext, PluginDescriptor, priority};
+pub use crate::registry::{PluginContext, PluginDescriptor, params_for, priority};
 
 #[doc(hidden)]
 pub use crate::registry::PluginRef;

@@ -16,8 +16,10 @@ use serde::Serialize;
 
 use crate::backend::{BackendKind, DynBackend};
 use crate::config::{Config, PluginChoice};
+use crate::config::{RawValue, Setting, Source, TOP_LEVEL_KEYS};
+use crate::error::closest_match;
 use crate::error::{Error, Result};
-use crate::params::{ParamSpec, PluginParams, params_for};
+use crate::params::{ParamSpec, PluginParams, typed};
 
 /// Default priorities (higher is tried first within a kind); SGLang's order.
 pub mod priority {
@@ -424,6 +426,73 @@ fn probe_one(p: &PluginDescriptor, config: &Config) -> Verdict {
             hint: None,
         },
     }
+}
+
+/// The validated parameters of `plugin`: its `[plugin.<name>]` section, plus flat-form
+/// parameters, plus environment fallbacks. Unknown names are errors with a suggestion.
+pub fn params_for(plugin: &PluginDescriptor, config: &Config) -> Result<PluginParams> {
+    let mut out = PluginParams::default();
+    let section = config.section(plugin.name);
+    let given = section
+        .into_iter()
+        .flat_map(|s| s.params.iter())
+        .chain(config.flat_params.iter());
+    for (name, setting) in given {
+        let Some(spec) = plugin.params.iter().find(|s| s.name == name) else {
+            let candidates = plugin
+                .params
+                .iter()
+                .map(|s| s.name)
+                .chain(TOP_LEVEL_KEYS.iter().copied());
+            return Err(Error::UnknownConfigKey {
+                key: name.to_string(),
+                context: format!(
+                    "parameters of plugin {} (accepted: {})",
+                    plugin.name,
+                    plugin
+                        .params
+                        .iter()
+                        .map(|s| s.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                suggestion: closest_match(name, candidates),
+            });
+        };
+        if out.values.iter().any(|(s, _)| s.name == spec.name) {
+            continue; // the plugin section wins over the flat form
+        }
+        let value = typed(spec, &setting.value, &setting.source)?;
+        out.values.push((
+            spec,
+            Setting {
+                value,
+                source: setting.source.clone(),
+                overridden: Vec::new(),
+            },
+        ));
+    }
+    for spec in plugin.params {
+        if out.values.iter().any(|(s, _)| s.name == spec.name) {
+            continue;
+        }
+        for var in spec.env_fallback {
+            if let Some(v) = config.env_var(var) {
+                let source = Source::Env(var.to_string());
+                let value = typed(spec, &RawValue::Str(v.to_string()), &source)?;
+                out.values.push((
+                    spec,
+                    Setting {
+                        value,
+                        source,
+                        overridden: Vec::new(),
+                    },
+                ));
+                break;
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

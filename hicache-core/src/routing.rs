@@ -8,10 +8,7 @@ use crate::key::ObjectKey;
 /// Number of bucket dirs under each storage dir.
 pub const BUCKETS: usize = 256;
 
-/// The stable 64-bit hash of an object name.
-pub fn key_hash(name: &str) -> u64 {
-    crate::key::blake2b_u64(name.as_bytes())
-}
+pub use crate::hash::key_hash;
 
 /// Where an object lives among `dirs` storage dirs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

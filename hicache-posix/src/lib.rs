@@ -8,6 +8,7 @@ mod flight;
 mod fsinfo;
 mod inspect;
 mod io;
+mod name;
 mod plan;
 mod probe;
 mod spare;

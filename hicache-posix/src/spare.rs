@@ -39,7 +39,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::beneath::{self, RootDir};
-use crate::io::Name;
+use crate::name::Name;
 
 /// The top-level dir of spare dirs under a storage dir.
 pub(crate) const SPARE_DIR: &str = ".hicache-spare";

@@ -2,7 +2,8 @@
 //! bugs each case catches, as markdown: `cargo run -p hicache-testkit --example bug_matrix`.
 //! `--cases a,b` limits the cases, `--bugs X,Y` the bugs.
 
-use hicache_testkit::broken::{Bug, broken_suite};
+use hicache_testkit::broken::Bug;
+use hicache_testkit::broken_suite;
 use hicache_testkit::{CaseError, Suite};
 
 fn list(args: &[String], flag: &str) -> Option<Vec<String>> {

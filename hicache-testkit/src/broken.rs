@@ -7,7 +7,8 @@
 //! that outlives its call), so a vendor can also run a case against one to see what it guards.
 //!
 //! ```
-//! use hicache_testkit::broken::{Bug, broken_suite};
+//! use hicache_testkit::broken::Bug;
+//! use hicache_testkit::broken_suite;
 //! use hicache_testkit::CaseError;
 //!
 //! let suite = broken_suite(Bug::RemoveDoesNothing).only(&["backend_remove"]);
@@ -20,12 +21,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hicache_core::raw::{
-    BackendInfo, DynBackend, ObjectKey, ReadItem, RegionId, RegionTable, Slice, StorageBackend,
-    TargetSlice, Usage, WriteItem,
+    BackendInfo, ObjectKey, ReadItem, RegionId, RegionTable, Slice, StorageBackend, TargetSlice,
+    Usage, WriteItem,
 };
 use hicache_core::{Error, MemKind, MemoryBackend, MemoryRegion, MissReason, ReadOutcome, Result};
-
-use crate::suite::{Suite, TrialEnv, per_trial};
 
 const NAME: &str = "BROKEN";
 
@@ -511,17 +510,4 @@ impl StorageBackend for BrokenBackend {
         }
         Ok(usage)
     }
-}
-
-/// A suite whose only variant is a [`BrokenBackend`] with `bug` (one instance per trial,
-/// so objects outlive a backend handle, except under [`Bug::ForgetsOnReopen`]).
-pub fn broken_suite(bug: Bug) -> Suite {
-    let shared = per_trial(move || Ok(Arc::new(BrokenBackend::new(bug)) as DynBackend));
-    Suite::new(format!("{bug:?}")).variant("broken", None, move |env: &TrialEnv| {
-        if bug == Bug::ForgetsOnReopen {
-            Ok(Arc::new(BrokenBackend::new(bug)) as DynBackend)
-        } else {
-            shared(env)
-        }
-    })
 }

@@ -9,7 +9,9 @@ pub mod fixtures;
 pub mod params;
 pub mod s3;
 mod suite;
+mod trial;
 
 pub use check::{CaseError, CaseResult, skip};
 pub use fault::{FaultPlan, FaultyBackend, Injected};
-pub use suite::{Case, CaseFuture, Factory, Proof, Suite, TrialEnv, per_trial};
+pub use suite::{Suite, broken_suite};
+pub use trial::{Case, CaseFuture, Factory, Proof, TrialEnv, per_trial};

@@ -8,7 +8,8 @@ use hicache_core::raw::DynBackend;
 use hicache_core::{
     ConfigLoader, HiCache, HiCacheOptions, HostSlots, ReadOutcome, StorageIdentity,
 };
-use hicache_testkit::broken::{BrokenBackend, Bug, broken_suite};
+use hicache_testkit::broken::{BrokenBackend, Bug};
+use hicache_testkit::broken_suite;
 use hicache_testkit::cases::ALL;
 use hicache_testkit::fixtures::{keys, mha, pool};
 use hicache_testkit::{CaseError, Proof, Suite};

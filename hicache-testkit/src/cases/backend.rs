@@ -7,7 +7,7 @@ use hicache_core::{Error, MemKind, MemoryRegion, MissReason, ReadOutcome};
 
 use crate::check::{CaseError, CaseResult, only, per_item, skip};
 use crate::fixtures::pattern;
-use crate::suite::TrialEnv;
+use crate::trial::TrialEnv;
 use crate::{ensure, ensure_eq};
 
 /// A registered aligned buffer with helpers to fill and read it.

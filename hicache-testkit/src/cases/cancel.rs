@@ -21,7 +21,7 @@ use hicache_core::{
 use crate::cases::backend::{Buf, block, buffer, key};
 use crate::check::{CaseError, CaseResult};
 use crate::fixtures::{keys, mha, pattern, pool};
-use crate::suite::TrialEnv;
+use crate::trial::TrialEnv;
 use crate::{ensure, ensure_eq};
 
 /// Keys the random workload writes and reads.

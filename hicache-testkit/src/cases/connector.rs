@@ -13,7 +13,7 @@ use hicache_core::{
 use crate::cases::backend::{block, buffer};
 use crate::check::{CaseError, CaseResult, only, per_item, skip};
 use crate::fixtures::{fill_page, keys, mha, mla, page_bytes, page_unchanged, pool, snapshot};
-use crate::suite::TrialEnv;
+use crate::trial::TrialEnv;
 use crate::{ensure, ensure_eq};
 
 const PAGES: u64 = 12;

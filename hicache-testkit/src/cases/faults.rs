@@ -12,7 +12,7 @@ use hicache_core::{
 use crate::check::{CaseError, CaseResult};
 use crate::fault::{FaultPlan, FaultyBackend};
 use crate::fixtures::{fill_page, keys, mha, page_bytes, pool};
-use crate::suite::TrialEnv;
+use crate::trial::TrialEnv;
 use crate::{ensure, ensure_eq};
 
 struct Faulty {

@@ -8,7 +8,7 @@ pub mod faults;
 pub mod model;
 
 use crate::broken::Bug::{self, *};
-use crate::suite::{Case, Proof};
+use crate::trial::{Case, Proof};
 
 macro_rules! cases {
     ($($module:ident :: $name:ident => $proof:expr),+ $(,)?) => {

@@ -15,7 +15,7 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use crate::check::{CaseError, CaseResult};
 use crate::fixtures::{fill_page, mha, page_bytes, pool};
-use crate::suite::TrialEnv;
+use crate::trial::TrialEnv;
 
 /// Keys a sequence uses: few, so overwrites, misses and removals of stored pages are common.
 const KEYS: usize = 6;

@@ -1,0 +1,91 @@
+//! Names of files and dirs under a storage root, built in a stack buffer with their NUL
+//! (no allocation per syscall): object names, temp names, spare names.
+
+use std::ffi::CStr;
+use std::hash::BuildHasher;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Room for one name component and its NUL (Linux NAME_MAX is 255).
+pub(crate) const NAME_CAP: usize = 256;
+
+/// A NUL-terminated name component in a stack buffer.
+#[derive(Clone)]
+pub(crate) struct Name {
+    buf: [u8; NAME_CAP],
+    len: usize,
+}
+
+impl Name {
+    pub(crate) fn new() -> Self {
+        Name {
+            buf: [0; NAME_CAP],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.len + bytes.len() + 1 > NAME_CAP || bytes.contains(&0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "name longer than NAME_MAX or holding a NUL byte",
+            ));
+        }
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+        Ok(())
+    }
+
+    /// An object's name.
+    pub(crate) fn object(name: &[u8]) -> io::Result<Self> {
+        let mut n = Self::new();
+        n.push(name)?;
+        Ok(n)
+    }
+
+    /// A spare's name: its id in hex.
+    pub(crate) fn spare(id: u64) -> Self {
+        let mut n = Self::new();
+        n.push(hex(id, &mut [0; 16])).expect("16 hex digits fit");
+        n
+    }
+
+    /// `.t<random>`: a temporary name no key can take (keys never start with `.`), unique
+    /// and unpredictable, so nobody can plant a file or link under it in advance.
+    pub(crate) fn temp() -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+            std::sync::OnceLock::new();
+        // RandomState is seeded from the OS's random source once per process.
+        let keys = KEYS.get_or_init(std::collections::hash_map::RandomState::new);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let mut name = Self::new();
+        name.push(b".t").expect("fits");
+        name.push(hex(keys.hash_one(n), &mut [0; 16]))
+            .expect("fits");
+        name.push(b"-").expect("fits");
+        name.push(hex(n, &mut [0; 16])).expect("fits");
+        name
+    }
+
+    pub(crate) fn as_cstr(&mut self) -> &CStr {
+        self.buf[self.len] = 0;
+        CStr::from_bytes_with_nul(&self.buf[..=self.len]).expect("no interior NUL in names")
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+pub(crate) fn hex(mut v: u64, buf: &mut [u8; 16]) -> &[u8] {
+    let mut i = 16;
+    loop {
+        i -= 1;
+        buf[i] = b"0123456789abcdef"[(v & 0xf) as usize];
+        v >>= 4;
+        if v == 0 {
+            return &buf[i..];
+        }
+    }
+}
