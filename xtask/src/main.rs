@@ -6,6 +6,8 @@ mod bench;
 mod breadth;
 mod crash;
 mod fuzz;
+#[cfg(test)]
+mod modules;
 mod mutants;
 
 use std::path::{Path, PathBuf};
