@@ -151,6 +151,15 @@ pub enum Error {
         reason: String,
     },
 
+    /// A blocking call was made inside an async runtime, where it would stall a worker.
+    #[error(
+        "BlockingHiCache::{operation} was called inside an async runtime, where blocking would stall it; call the async HiCache (BlockingHiCache::inner) there"
+    )]
+    BlockingInAsync {
+        /// The blocking method called.
+        operation: &'static str,
+    },
+
     /// An operation that needs a registered host pool ran before `register_pool`.
     #[error("no host pool is registered: call register_pool before any I/O")]
     PoolNotRegistered,

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod blocking;
 mod config;
 mod connector;
 mod display;
@@ -22,13 +23,14 @@ mod staging;
 
 // The engine's face: configure, open, register a pool, move pages.
 pub use backend::{MissReason, ReadOutcome};
+pub use blocking::BlockingHiCache;
 pub use config::{
     Config, ConfigEntry, ConfigLoader, DEFAULT_STORAGE_DIR, EngineKeys, EnvSnapshot, Params,
     PluginChoice, PluginSection, RawValue, Setting, Source, TransferChoice,
 };
 pub use connector::{
-    BlockingHiCache, HiCache, HiCacheOptions, HostSlots, PoolReport, STORAGE_BATCH_SIZE,
-    SetOutcome, Stats, TransferMode, choose_mode, decide_mode,
+    HiCache, HiCacheOptions, HostSlots, PoolReport, STORAGE_BATCH_SIZE, SetOutcome, Stats,
+    TransferMode, choose_mode, decide_mode,
 };
 pub use display::ByteSize;
 pub use envelope::PageFormat;

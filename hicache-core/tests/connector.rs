@@ -873,11 +873,45 @@ fn the_blocking_api_sets_finds_removes_and_unregisters() {
     assert!(removed.iter().all(|r| r.is_ok()));
     assert_eq!(cache.batch_exists(&ks[2..]).unwrap(), 1);
     assert_eq!(cache.batch_exists(&ks).unwrap(), 0);
-    cache.unregister_pool();
+    assert!(cache.exists(&ks[2]).unwrap() && !cache.exists(&ks[0]).unwrap());
+    assert!(cache.stats().pages_written >= 3, "{:?}", cache.stats());
+    assert!(cache.pool_report().is_some());
+    cache.unregister_pool().unwrap();
+    assert!(cache.pool_report().is_none());
     assert!(matches!(
         cache.batch_exists(&ks),
         Err(Error::PoolNotRegistered)
     ));
+    cache.register_pool(pool).unwrap();
+    cache.close();
+    assert!(matches!(
+        cache.exists(&ks[2]),
+        Err(Error::PoolNotRegistered)
+    ));
+}
+
+/// Inside an async runtime the blocking face refuses to block (a typed error, not tokio's
+/// panic), and dropping it there does not panic either.
+#[tokio::test]
+async fn the_blocking_api_inside_a_runtime_is_an_error_not_a_panic() {
+    let cache = BlockingHiCache::new(connector(
+        Arc::new(MemoryBackend::new()),
+        &[],
+        StorageIdentity::single("m"),
+    ))
+    .unwrap();
+    let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
+    cache.register_pool(pool).unwrap();
+    let ks = keys("inside", 1);
+    match cache.batch_exists(&ks) {
+        Err(Error::BlockingInAsync { operation }) => assert_eq!(operation, "batch_exists"),
+        other => panic!("{other:?}"),
+    }
+    let e = cache.batch_set(&ks, HostSlots::Pages(&[0])).unwrap_err();
+    assert!(e.to_string().contains("BlockingHiCache::inner"), "{e}");
+    // The async connector works here.
+    assert_eq!(cache.inner().batch_exists(&ks).await.unwrap(), 0);
+    drop(cache);
 }
 
 #[tokio::test]

@@ -13,13 +13,16 @@ use serde_json::{Value, json};
 
 use crate::{cargo, root, step};
 
-/// The modules mutated by default.
-pub(crate) const FILES: [&str; 5] = [
+/// The modules mutated by default (the connector's blocking face and the name hash were
+/// split out of `connector.rs` and `key.rs`).
+pub(crate) const FILES: [&str; 7] = [
     "hicache-core/src/key.rs",
+    "hicache-core/src/hash.rs",
     "hicache-core/src/routing.rs",
     "hicache-core/src/envelope.rs",
     "hicache-core/src/pool.rs",
     "hicache-core/src/connector.rs",
+    "hicache-core/src/blocking.rs",
 ];
 
 /// The cargo-mutants release this command is written against.
