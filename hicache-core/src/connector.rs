@@ -208,7 +208,8 @@ pub struct PoolReport {
     pub namespace: String,
     /// Whether this rank writes (MLA: only TP rank 0 does).
     pub writer: bool,
-    /// Staging memory per chunk, bytes (0 when none is needed).
+    /// Staging bytes per chunk: envelope headers in zero-copy mode (0 with raw pages), whole
+    /// pages in bounce mode, marker objects for an anchor pool.
     pub staging_chunk_bytes: u64,
 }
 
