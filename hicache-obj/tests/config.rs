@@ -14,7 +14,7 @@ fn config_file(toml: &str) -> (tempfile::TempDir, hicache_core::Config) {
     std::fs::write(&path, toml).unwrap();
     let config = ConfigLoader::new()
         .file(&path)
-        .env(EnvSnapshot::from_pairs([]))
+        .env(EnvSnapshot::default())
         .load()
         .unwrap();
     (dir, config)

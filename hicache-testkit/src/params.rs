@@ -34,7 +34,7 @@ pub fn check_declared_params<P: DeclaredParams + std::fmt::Debug>(plugin: &Plugi
     std::fs::write(&path, &toml).expect("write the config file");
     let config = ConfigLoader::new()
         .file(&path)
-        .env(EnvSnapshot::from_pairs([]))
+        .env(EnvSnapshot::default())
         .load()
         .unwrap_or_else(|e| panic!("{}: {e}\n{toml}", plugin.name));
     let params = params_for(plugin, &config)

@@ -27,12 +27,15 @@ impl EnvSnapshot {
         EnvSnapshot(std::env::vars().collect())
     }
 
-    /// A snapshot built from pairs.
-    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+    /// A snapshot built from pairs: `[("HICACHE_STORAGE_DIR", "/data")]`, or
+    /// `std::env::vars()` itself. `EnvSnapshot::default()` is an empty environment.
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
         EnvSnapshot(
             pairs
                 .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .map(|(k, v)| (k.into(), v.into()))
                 .collect(),
         )
     }

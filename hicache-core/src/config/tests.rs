@@ -420,3 +420,16 @@ fn entries_redact_secrets() {
             .any(|e| e.key == "plugin.obj.bucket" && e.value == "b")
     );
 }
+
+#[test]
+fn an_environment_snapshot_takes_owned_or_borrowed_pairs() {
+    assert_eq!(
+        EnvSnapshot::from_pairs(std::env::vars()),
+        EnvSnapshot::from_process()
+    );
+    let owned = EnvSnapshot::from_pairs([("HICACHE_NAMING".to_string(), "sglang".to_string())]);
+    let borrowed = EnvSnapshot::from_pairs([("HICACHE_NAMING", "sglang")]);
+    assert_eq!(owned, borrowed);
+    assert_eq!(owned.get("HICACHE_NAMING"), Some("sglang"));
+    assert_eq!(EnvSnapshot::default().get("HICACHE_NAMING"), None);
+}
