@@ -50,10 +50,11 @@ fn print_help() {
          \x20      scrub [--kills N] [--json FILE] (default target/crash.json)\n\
          fuzz   libFuzzer targets (config, envelope, scrub, keys) built with nightly, from\n\
          \x20      the corpus in fuzz/corpus [--seconds N (default 60)] [--target NAME] [--json FILE]\n\
-         mutants  cargo-mutants on core's key, routing, envelope, pool and connector modules,
-         \x20      judged by core's tests and the conformance suite on the reference backend
-         \x20      [--file PATH]... [--re REGEX] [--shard K/N] [--iterate] [--list]
-         \x20      (installs cargo-mutants into target/tools; summary in target/mutants.json)
+         mutants  cargo-mutants on core's key, hash, routing, envelope, pool, connector and\n\
+         \x20      blocking modules, judged by core's tests, then the survivors by the conformance\n\
+         \x20      suite on the reference backend [--file PATH]... [--re REGEX] [--shard K/N]\n\
+         \x20      [--iterate] [--list] (installs cargo-mutants into target/tools; summary in\n\
+         \x20      target/mutants.json)\n\
          s3-servers  install the S3 test servers (moto in target/s3-venv, s3s-fs in target/s3s)\n\
          sanitize    Miri on core's memory, pool, envelope, key and routing tests; POSIX engine\n\
          \x20           tests under AddressSanitizer (installs nightly's miri and rust-src)\n\
