@@ -52,17 +52,42 @@ impl Dtype {
         }
     }
 
-    /// Parses the names torch and the CLI use (`bf16`, `bfloat16`, `fp8_e4m3`, …).
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s.to_ascii_lowercase().as_str() {
+    /// Parses the names torch and the CLI use (`bf16`, `bfloat16`, `fp8_e4m3`, …); an
+    /// unknown name is an error that lists the accepted ones.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().as_str() {
             "f32" | "fp32" | "float32" => Dtype::F32,
             "f16" | "fp16" | "float16" | "half" => Dtype::F16,
             "bf16" | "bfloat16" => Dtype::Bf16,
             "fp8" | "fp8_e4m3" | "float8_e4m3fn" | "e4m3" => Dtype::Fp8E4m3,
             "fp8_e5m2" | "float8_e5m2" | "e5m2" => Dtype::Fp8E5m2,
             "int8" | "i8" => Dtype::Int8,
-            _ => return None,
+            _ => {
+                return Err(Error::InvalidPool {
+                    reason: format!(
+                        "`{s}` is not a dtype; accepted: f32 (fp32, float32), f16 (fp16, float16, \
+                         half), bf16 (bfloat16), fp8_e4m3 (fp8, float8_e4m3fn, e4m3), fp8_e5m2 \
+                         (float8_e5m2, e5m2), int8 (i8)"
+                    ),
+                });
+            }
         })
+    }
+}
+
+impl std::str::FromStr for Dtype {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Dtype::parse(s)
+    }
+}
+
+impl std::str::FromStr for Layout {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Layout::parse(s)
     }
 }
 
@@ -151,9 +176,17 @@ impl Layout {
         Layout::PageHead,
     ];
 
-    /// Parses SGLang's spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        Layout::ALL.into_iter().find(|l| l.as_str() == s)
+    /// Parses SGLang's spelling; an unknown name is an error that lists the accepted ones.
+    pub fn parse(s: &str) -> Result<Self> {
+        Layout::ALL
+            .into_iter()
+            .find(|l| l.as_str() == s)
+            .ok_or_else(|| Error::InvalidPool {
+                reason: format!(
+                    "`{s}` is not a layout; accepted: layer_first, page_first, page_first_direct, \
+                     page_head"
+                ),
+            })
     }
 
     /// SGLang's spelling.

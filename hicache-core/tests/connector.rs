@@ -822,14 +822,21 @@ fn parsers_take_every_documented_name() {
         (&["int8", "i8"][..], Dtype::Int8),
     ] {
         for name in names {
-            assert_eq!(Dtype::parse(name), Some(dtype), "{name}");
+            assert_eq!(Dtype::parse(name).unwrap(), dtype, "{name}");
+            assert_eq!(name.parse::<Dtype>().unwrap(), dtype);
         }
     }
-    assert_eq!(Dtype::parse("f64"), None);
+    let e = Dtype::parse("f64").unwrap_err().to_string();
+    assert!(
+        e.contains("`f64` is not a dtype") && e.contains("bfloat16"),
+        "{e}"
+    );
     for layout in Layout::ALL {
-        assert_eq!(Layout::parse(layout.as_str()), Some(layout));
+        assert_eq!(Layout::parse(layout.as_str()).unwrap(), layout);
+        assert_eq!(layout.as_str().parse::<Layout>().unwrap(), layout);
     }
-    assert_eq!(Layout::parse("page-first"), None);
+    let e = Layout::parse("page-first").unwrap_err().to_string();
+    assert!(e.contains("page_first_direct"), "{e}");
 }
 
 #[test]
