@@ -15,6 +15,7 @@ mod memory;
 mod memory_backend;
 mod params;
 mod pool;
+mod pool_builder;
 pub mod raw;
 mod region_id;
 mod registry;
@@ -42,6 +43,7 @@ pub use pool::{
     AnchorPool, AttentionKind, Dtype, HostPool, Layout, MmapPool, PageSpans, PoolGeometry, Span,
     gather_page, scatter_page,
 };
+pub use pool_builder::PoolGeometryBuilder;
 pub use registry::{Considered, PluginRegistry, Selection, Verdict};
 
 #[doc(hidden)]
