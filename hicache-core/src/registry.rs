@@ -310,6 +310,7 @@ impl PluginRegistry {
         config: &Config,
         failed: &[(String, String)],
     ) -> Result<Selection> {
+        self.check_flat_keys(config)?;
         let requested = config.plugin.value.clone();
         match &requested {
             PluginChoice::Named(name) => {
@@ -377,6 +378,37 @@ impl PluginRegistry {
                 })
             }
         }
+    }
+
+    /// A top-level key that is neither hicache's own nor a parameter of any registered
+    /// plugin is a typo (or belongs to a plugin this build lacks): one error naming it and
+    /// the closest known key, before any plugin is probed.
+    fn check_flat_keys(&self, config: &Config) -> Result<()> {
+        let takes = |key: &str| {
+            self.plugins
+                .iter()
+                .any(|p| p.params.iter().any(|s| s.name == key))
+        };
+        let Some((key, _)) = config.flat_params.iter().find(|(key, _)| !takes(key)) else {
+            return Ok(());
+        };
+        let known = TOP_LEVEL_KEYS.iter().copied().chain(
+            self.plugins
+                .iter()
+                .flat_map(|p| p.params.iter().map(|s| s.name)),
+        );
+        Err(Error::UnknownConfigKey {
+            key: key.to_string(),
+            context: format!(
+                "the top level (neither a hicache key nor a parameter of a plugin in this build: {})",
+                self.plugins
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            suggestion: closest_match(key, known),
+        })
     }
 
     /// Selects and builds a backend. Under `auto`, a plugin whose build fails is skipped
@@ -716,6 +748,29 @@ mod tests {
             .unwrap();
         let err = r.select(&cfg).unwrap_err().to_string();
         assert!(err.contains("***") && !err.contains('5'), "{err}");
+    }
+
+    #[test]
+    fn a_top_level_typo_is_one_error_before_any_probe() {
+        let r = registry(&[&THREEFS, &POSIX, &OBJ]);
+        for plugin in ["auto", "POSIX"] {
+            let cfg = ConfigLoader::new()
+                .extra_config(&format!(r#"{{"plugin": "{plugin}", "storge_dir": "/x"}}"#))
+                .load()
+                .unwrap();
+            let e = r.select(&cfg).unwrap_err();
+            assert!(matches!(e, Error::UnknownConfigKey { .. }), "{e}");
+            let text = e.to_string();
+            assert!(text.contains("`storge_dir`"), "{text}");
+            assert!(text.contains("did you mean `storage_dir`"), "{text}");
+            assert_eq!(text.matches("storge_dir").count(), 1, "{text}");
+        }
+        // A parameter some plugin takes is not a typo.
+        let cfg = ConfigLoader::new()
+            .extra_config(r#"{"plugin": "auto", "use_uring": true}"#)
+            .load()
+            .unwrap();
+        assert!(r.select(&cfg).is_ok());
     }
 
     #[test]
