@@ -398,6 +398,12 @@ mod tests {
         let other = ObjectKey::new("page-2.ns").unwrap();
         assert_eq!(a, same);
         assert_ne!(a, other);
+        let hash = |k: &ObjectKey| {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(k)
+        };
+        assert_eq!(hash(&a), hash(&same));
+        assert_ne!(hash(&a), hash(&other), "the name goes into the hash");
         let set: HashSet<ObjectKey> = [a.clone(), same, other.clone()].into_iter().collect();
         assert_eq!(set.len(), 2);
         assert!(set.contains(&a) && set.contains(&other));
