@@ -985,11 +985,13 @@ fn a_connector_opened_from_a_registry_says_what_was_selected() {
     assert_eq!(cache.backend_info().name, "MEMORY");
 }
 
-/// The reference backend, counting what is registered with it.
+/// The reference backend, counting what is registered with it (and refusing every
+/// registration when `refuse` is set).
 #[derive(Debug, Default)]
 struct Counting {
     inner: MemoryBackend,
     registered: std::sync::atomic::AtomicI64,
+    refuse: bool,
 }
 
 #[async_trait::async_trait]
@@ -1001,6 +1003,9 @@ impl hicache_core::raw::StorageBackend for Counting {
         &self,
         region: hicache_core::MemoryRegion,
     ) -> hicache_core::Result<hicache_core::raw::RegionId> {
+        if self.refuse {
+            return Err(Error::backend("COUNTING", "registration refused"));
+        }
         let id = self.inner.register(region)?;
         self.registered
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -1083,4 +1088,41 @@ async fn unregistering_deregisters_everything_registered() {
         cache.unregister_pool().await;
         assert_eq!(live(), 0, "{transfer}: regions left registered");
     }
+}
+
+/// Staging memory the backend refuses to register fails every page of the call with that
+/// error: one result per page, none dropped.
+#[tokio::test]
+async fn refused_staging_fails_each_page_of_the_call() {
+    let backend = Arc::new(Counting {
+        refuse: true,
+        ..Counting::default()
+    });
+    let cache = HiCache::with_backend(
+        backend,
+        ConfigLoader::new()
+            .set("transfer_mode", "bounce")
+            .load()
+            .unwrap(),
+        HiCacheOptions::new(StorageIdentity::single("m")),
+    )
+    .unwrap();
+    let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
+    cache.register_pool(pool).unwrap();
+    let ks = keys("refused", 3);
+    let set = cache
+        .batch_set(&ks, HostSlots::Pages(&[0, 1, 2]))
+        .await
+        .unwrap();
+    assert_eq!(set.len(), 3);
+    for r in &set {
+        let e = r.as_ref().unwrap_err();
+        assert!(e.to_string().contains("registration refused"), "{e}");
+    }
+    let got = cache
+        .batch_get(&ks, HostSlots::Pages(&[3, 4, 5]))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 3);
+    assert!(got.iter().all(|r| r.is_err()), "{got:?}");
 }
