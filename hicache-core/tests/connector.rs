@@ -992,6 +992,15 @@ struct Counting {
     inner: MemoryBackend,
     registered: std::sync::atomic::AtomicI64,
     refuse: bool,
+    /// The most objects one write, read or exists call carried.
+    largest_call: std::sync::atomic::AtomicUsize,
+}
+
+impl Counting {
+    fn saw(&self, objects: usize) {
+        self.largest_call
+            .fetch_max(objects, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 #[async_trait::async_trait]
@@ -1021,18 +1030,21 @@ impl hicache_core::raw::StorageBackend for Counting {
         &self,
         batch: &[hicache_core::raw::WriteItem<'_>],
     ) -> Vec<hicache_core::Result<()>> {
+        self.saw(batch.len());
         self.inner.write(batch).await
     }
     async fn read(
         &self,
         batch: &[hicache_core::raw::ReadItem<'_>],
     ) -> Vec<hicache_core::Result<ReadOutcome>> {
+        self.saw(batch.len());
         self.inner.read(batch).await
     }
     async fn exists(
         &self,
         keys: &[hicache_core::raw::ObjectKey],
     ) -> Vec<hicache_core::Result<bool>> {
+        self.saw(keys.len());
         self.inner.exists(keys).await
     }
     async fn remove(&self, keys: &[hicache_core::raw::ObjectKey]) -> Vec<hicache_core::Result<()>> {
@@ -1125,4 +1137,47 @@ async fn refused_staging_fails_each_page_of_the_call() {
         .unwrap();
     assert_eq!(got.len(), 3);
     assert!(got.iter().all(|r| r.is_err()), "{got:?}");
+}
+
+/// Under SGLang naming in zero-copy mode a page is two objects (`_k`, `_v`): the report
+/// counts both, and no plugin call carries more than `STORAGE_BATCH_SIZE` objects.
+#[tokio::test]
+async fn two_objects_per_page_are_counted_and_batched_by_objects() {
+    let backend = Arc::new(Counting::default());
+    let cache = HiCache::with_backend(
+        backend.clone(),
+        ConfigLoader::new()
+            .set("naming", "sglang")
+            .set("page_format", "envelope")
+            .load()
+            .unwrap(),
+        HiCacheOptions::new(StorageIdentity::single("m")),
+    )
+    .unwrap();
+    let geometry = mha(Layout::PageFirst, 16).with_pages(400).unwrap();
+    let pool = Arc::new(MmapPool::new(geometry).unwrap());
+    let report = cache.register_pool(pool).unwrap();
+    assert_eq!(report.mode, TransferMode::ZeroCopy, "{report}");
+    assert_eq!(report.objects_per_page, 2);
+    let header = hicache_core::raw::envelope::header_len(1);
+    assert_eq!(
+        report.stored_bytes_per_page,
+        2 * (header + geometry.span_len()),
+        "{report}"
+    );
+    let ks = keys("twice", 200);
+    let src: Vec<u64> = (0..200).collect();
+    let dst: Vec<u64> = (200..400).collect();
+    let set = cache.batch_set(&ks, HostSlots::Pages(&src)).await.unwrap();
+    assert!(set.iter().all(|r| r.is_ok()));
+    let got = cache.batch_get(&ks, HostSlots::Pages(&dst)).await.unwrap();
+    assert!(got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))));
+    assert_eq!(cache.batch_exists(&ks).await.unwrap(), 200);
+    let largest = backend
+        .largest_call
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        largest <= hicache_core::STORAGE_BATCH_SIZE && largest > 100,
+        "a plugin call carried {largest} objects"
+    );
 }
