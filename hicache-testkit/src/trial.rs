@@ -122,7 +122,7 @@ impl TrialEnv {
     }
 
     /// The longest object name the storage behind this variant accepts, when it is below
-    /// hicache's own limit (set with [`Suite::name_limit`]).
+    /// hicache's own limit (set with [`Suite::name_limit`](crate::Suite::name_limit)).
     pub fn name_limit(&self) -> Option<usize> {
         self.name_limit
     }
@@ -130,7 +130,7 @@ impl TrialEnv {
     /// Calls each cancellation workload makes at least (half of them under a timeout or
     /// `select!`; a workload continues up to 4× that until a quarter of it was dropped while
     /// pending, when at least 1 call in 10 is): `HICACHE_TEST_CANCEL_OPS` when set, else the
-    /// variant's [`Suite::cancel_ops`], else 1000.
+    /// variant's [`Suite::cancel_ops`](crate::Suite::cancel_ops), else 1000.
     pub fn cancel_ops(&self) -> u64 {
         std::env::var("HICACHE_TEST_CANCEL_OPS")
             .ok()
