@@ -143,6 +143,18 @@ async fn round_trip_every_layout_and_mode_with_guards() {
                         got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))),
                         "{ctx}"
                     );
+                    // Markers say they are markers (under hicache's own naming they are
+                    // enveloped; SGLang naming stores raw markers).
+                    if naming == "hicache" {
+                        let name = cache.object_names(&ks[0]).unwrap()[0].clone();
+                        let marker = backend.raw_object(name.as_str()).unwrap();
+                        let h = Header::decode(&marker).unwrap();
+                        assert_ne!(
+                            h.flags & hicache_core::raw::envelope::FLAG_ANCHOR,
+                            0,
+                            "{ctx}"
+                        );
+                    }
                     continue;
                 }
                 let pool = Arc::new(MmapPool::new(geometry).unwrap());
@@ -706,6 +718,11 @@ async fn enveloped_objects_are_identical_across_modes() {
         })
         .collect();
     let (mut zero_copy, bounce) = (parts[0].0, parts[1].0);
+    // A page object is not an anchor marker, whatever the mode.
+    assert_eq!(
+        zero_copy.flags & hicache_core::raw::envelope::FLAG_ANCHOR,
+        0
+    );
     zero_copy.header_len = bounce.header_len;
     assert_eq!(zero_copy, bounce);
     assert!(parts[0].1 == parts[1].1, "payloads differ between modes");
@@ -934,6 +951,8 @@ async fn exists_report_and_close_follow_the_pool() {
     assert!(format!("{cache:?}").contains("HiCache"));
     let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
     assert!(format!("{pool:?}").contains("MmapPool"));
+    assert_eq!(pool.base(), pool.memory().unwrap().addr());
+    assert_ne!(pool.base(), 0);
     cache.register_pool(pool.clone()).unwrap();
     assert!(cache.pool_report().is_some());
     let ks = keys("one", 2);
