@@ -1013,6 +1013,8 @@ struct Counting {
     refuse: bool,
     /// The most objects one write, read or exists call carried.
     largest_call: std::sync::atomic::AtomicUsize,
+    /// How long each `exists` call takes.
+    exists_delay: std::time::Duration,
 }
 
 impl Counting {
@@ -1064,6 +1066,7 @@ impl hicache_core::raw::StorageBackend for Counting {
         keys: &[hicache_core::raw::ObjectKey],
     ) -> Vec<hicache_core::Result<bool>> {
         self.saw(keys.len());
+        tokio::time::sleep(self.exists_delay).await;
         self.inner.exists(keys).await
     }
     async fn remove(&self, keys: &[hicache_core::raw::ObjectKey]) -> Vec<hicache_core::Result<()>> {
@@ -1199,4 +1202,50 @@ async fn two_objects_per_page_are_counted_and_batched_by_objects() {
         largest <= hicache_core::STORAGE_BATCH_SIZE && largest > 100,
         "a plugin call carried {largest} objects"
     );
+}
+
+/// Unregistering waits for the calls in flight (an `exists` pins no pool memory, so only
+/// that wait holds it back): when it returns, the call has ended and every region is
+/// deregistered. Both the async and the blocking form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unregistering_waits_for_calls_in_flight() {
+    for blocking in [false, true] {
+        let backend = Arc::new(Counting {
+            exists_delay: std::time::Duration::from_millis(300),
+            ..Counting::default()
+        });
+        let cache = Arc::new(connector_with(backend.clone()));
+        let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
+        cache.register_pool(pool).unwrap();
+        let live = || backend.registered.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(live() > 0);
+        let in_flight = {
+            let cache = cache.clone();
+            tokio::spawn(async move { cache.batch_exists(&keys("flight", 4)).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        if blocking {
+            let cache = cache.clone();
+            tokio::task::spawn_blocking(move || cache.close())
+                .await
+                .unwrap();
+        } else {
+            cache.unregister_pool().await;
+        }
+        assert_eq!(
+            live(),
+            0,
+            "blocking {blocking}: returned before the call in flight ended"
+        );
+        assert_eq!(in_flight.await.unwrap().unwrap(), 0);
+    }
+}
+
+fn connector_with(backend: Arc<Counting>) -> HiCache {
+    HiCache::with_backend(
+        backend,
+        ConfigLoader::new().load().unwrap(),
+        HiCacheOptions::new(StorageIdentity::single("m")),
+    )
+    .unwrap()
 }
