@@ -1,6 +1,6 @@
 //! Plugin parameters: one declaration per plugin yields the parameter table that config
-//! validation and `hicache plugins` show, and the typed struct the
-//! plugin reads. A plugin reads its parameters only through that struct, so a parameter
+//! validation checks against (and lists in its errors), and the typed struct the plugin
+//! reads. A plugin reads its parameters only through that struct, so a parameter
 //! it reads but does not declare cannot compile.
 
 use std::fmt;
@@ -301,7 +301,7 @@ macro_rules! plugin_params {
         }
 
         impl $name {
-            /// Every parameter, as config validation and `hicache plugins` show them.
+            /// Every parameter, as config validation checks them.
             $vis const SPECS: &'static [$crate::raw::ParamSpec] = &[
                 $(
                     $crate::raw::ParamSpec::new(
