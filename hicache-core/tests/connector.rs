@@ -46,8 +46,10 @@ fn keys(prefix: &str, n: usize) -> Vec<PageKey> {
         .collect()
 }
 
-fn connector(
-    backend: Arc<MemoryBackend>,
+/// A connector over `backend` with the config values `extra` (any backend: the reference
+/// one or a test wrapper around it).
+fn connector<B: hicache_core::raw::StorageBackend>(
+    backend: Arc<B>,
     extra: &[(&str, &str)],
     identity: StorageIdentity,
 ) -> HiCache {
@@ -1083,15 +1085,11 @@ impl hicache_core::raw::StorageBackend for Counting {
 async fn unregistering_deregisters_everything_registered() {
     for transfer in ["auto", "bounce"] {
         let backend = Arc::new(Counting::default());
-        let cache = HiCache::with_backend(
+        let cache = connector(
             backend.clone(),
-            ConfigLoader::new()
-                .set("transfer_mode", transfer)
-                .load()
-                .unwrap(),
-            HiCacheOptions::new(StorageIdentity::single("m")),
-        )
-        .unwrap();
+            &[("transfer_mode", transfer)],
+            StorageIdentity::single("m"),
+        );
         let live = || backend.registered.load(std::sync::atomic::Ordering::SeqCst);
         let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
         let ks = keys("reg", 4);
@@ -1132,15 +1130,11 @@ async fn refused_staging_fails_each_page_of_the_call() {
         refuse: true,
         ..Counting::default()
     });
-    let cache = HiCache::with_backend(
+    let cache = connector(
         backend,
-        ConfigLoader::new()
-            .set("transfer_mode", "bounce")
-            .load()
-            .unwrap(),
-        HiCacheOptions::new(StorageIdentity::single("m")),
-    )
-    .unwrap();
+        &[("transfer_mode", "bounce")],
+        StorageIdentity::single("m"),
+    );
     let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
     cache.register_pool(pool).unwrap();
     let ks = keys("refused", 3);
@@ -1166,16 +1160,11 @@ async fn refused_staging_fails_each_page_of_the_call() {
 #[tokio::test]
 async fn two_objects_per_page_are_counted_and_batched_by_objects() {
     let backend = Arc::new(Counting::default());
-    let cache = HiCache::with_backend(
+    let cache = connector(
         backend.clone(),
-        ConfigLoader::new()
-            .set("naming", "sglang")
-            .set("page_format", "envelope")
-            .load()
-            .unwrap(),
-        HiCacheOptions::new(StorageIdentity::single("m")),
-    )
-    .unwrap();
+        &[("naming", "sglang"), ("page_format", "envelope")],
+        StorageIdentity::single("m"),
+    );
     let geometry = mha(Layout::PageFirst, 16).with_pages(400).unwrap();
     let pool = Arc::new(MmapPool::new(geometry).unwrap());
     let report = cache.register_pool(pool).unwrap();
@@ -1214,7 +1203,11 @@ async fn unregistering_waits_for_calls_in_flight() {
             exists_delay: std::time::Duration::from_millis(300),
             ..Counting::default()
         });
-        let cache = Arc::new(connector_with(backend.clone()));
+        let cache = Arc::new(connector(
+            backend.clone(),
+            &[],
+            StorageIdentity::single("m"),
+        ));
         let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
         cache.register_pool(pool).unwrap();
         let live = || backend.registered.load(std::sync::atomic::Ordering::SeqCst);
@@ -1239,15 +1232,6 @@ async fn unregistering_waits_for_calls_in_flight() {
         );
         assert_eq!(in_flight.await.unwrap().unwrap(), 0);
     }
-}
-
-fn connector_with(backend: Arc<Counting>) -> HiCache {
-    HiCache::with_backend(
-        backend,
-        ConfigLoader::new().load().unwrap(),
-        HiCacheOptions::new(StorageIdentity::single("m")),
-    )
-    .unwrap()
 }
 
 /// The reference backend whose writes keep their source pages pinned for `hold_ms` first,
@@ -1319,14 +1303,11 @@ async fn a_zero_copy_read_waits_for_a_write_pinning_its_pages() {
         pins: hicache_core::raw::RegionTable::new("SLOW"),
         hold_ms: std::sync::atomic::AtomicU64::new(0),
     });
-    let cache = Arc::new(
-        HiCache::with_backend(
-            backend.clone(),
-            ConfigLoader::new().load().unwrap(),
-            HiCacheOptions::new(StorageIdentity::single("m")),
-        )
-        .unwrap(),
-    );
+    let cache = Arc::new(connector(
+        backend.clone(),
+        &[],
+        StorageIdentity::single("m"),
+    ));
     let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
     let report = cache.register_pool(pool.clone()).unwrap();
     assert_eq!(report.mode, TransferMode::ZeroCopy, "{report}");

@@ -433,3 +433,29 @@ fn an_environment_snapshot_takes_owned_or_borrowed_pairs() {
     assert_eq!(owned.get("HICACHE_NAMING"), Some("sglang"));
     assert_eq!(EnvSnapshot::default().get("HICACHE_NAMING"), None);
 }
+
+/// A flag's value is checked like any explicit value, and its errors name the flag.
+#[test]
+fn hostile_flag_values_are_errors_naming_the_flag() {
+    let e = ConfigLoader::new()
+        .set_flag("--direct-io", "use_direct_io", "maybe")
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("use_direct_io") && e.contains("flag --direct-io"),
+        "{e}"
+    );
+    let e = ConfigLoader::new()
+        .set_flag("--dir", "storage_dir", 7)
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("storage_dir") && e.contains("flag --dir"), "{e}");
+    let e = ConfigLoader::new()
+        .set_flag("--dri", "storge_dir", "/x")
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("did you mean `storage_dir`"), "{e}");
+}
