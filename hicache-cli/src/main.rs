@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use hicache::{ConfigLoader, EnvSnapshot, PluginChoice, Verdict};
+use hicache::{EnvSnapshot, PluginChoice, Verdict};
 use hicache_cli::bench::{BenchOptions, ModelShape};
 
 #[derive(Parser, Debug)]
@@ -225,6 +225,13 @@ struct ScrubArgs {
 enum ConfigCommand {
     /// Every effective setting with its value and where it came from.
     Show,
+    /// Every key a config may hold in this build: type, default, environment variables,
+    /// what reads it. Needs no valid config.
+    Keys {
+        /// The reference as Markdown (the text of the facade's CONFIG.md).
+        #[arg(long, conflicts_with = "json")]
+        markdown: bool,
+    },
 }
 
 /// Restores the default SIGPIPE action: `hicache config show | head` then ends quietly when
@@ -259,7 +266,7 @@ fn main() -> ExitCode {
 }
 
 fn load_config(g: &GlobalArgs) -> hicache::Result<hicache::Config> {
-    let mut loader = ConfigLoader::new();
+    let mut loader = hicache::config();
     if let Some(path) = &g.config {
         loader = loader.file(path);
     } else if let Ok(path) = std::env::var("HICACHE_CONFIG")
@@ -355,14 +362,25 @@ fn runtime() -> hicache::Result<tokio::runtime::Runtime> {
 }
 
 fn run(cli: Cli) -> hicache::Result<ExitCode> {
-    let config = load_config(&cli.global)?;
     let json = JsonOut::from(&cli.global.json);
+    if let Command::Config {
+        command: ConfigCommand::Keys { markdown },
+    } = cli.command
+    {
+        // The reference is what helps fix a config that does not load: it needs none.
+        json.check_writable()?;
+        return config_keys(markdown, &json);
+    }
+    let config = load_config(&cli.global)?;
     json.check_writable()?;
     match cli.command {
         Command::Plugins => plugins(&config, &json),
         Command::Config {
             command: ConfigCommand::Show,
         } => config_show(&config, &json),
+        Command::Config {
+            command: ConfigCommand::Keys { .. },
+        } => unreachable!("answered before the config is loaded"),
         Command::Bench(args) => bench(config, &args, &json),
         Command::Doctor(args) => doctor(&config, &args, &json),
         Command::Scrub(args) => scrub(&config, &args, &json),
@@ -767,6 +785,43 @@ fn parameter_problems(config: &hicache::Config) -> hicache::Result<Vec<String>> 
         }
     }
     Ok(problems)
+}
+
+fn config_keys(markdown: bool, json: &JsonOut) -> hicache::Result<ExitCode> {
+    let keys = hicache::reference();
+    if markdown {
+        print!("{}", hicache::config_keys_markdown(&keys));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if json.emit(&serde_json::json!({ "keys": keys }))? {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let width = keys.iter().map(|k| k.key.len()).max().unwrap_or(0);
+    for k in &keys {
+        let default = k
+            .default
+            .as_deref()
+            .map(|d| format!("  [default {d}]"))
+            .unwrap_or_default();
+        println!("{:<width$}  {}{default}", k.key, k.ty);
+        let mut env: Vec<String> = k.env.clone();
+        if let Some(alias) = &k.sglang_env {
+            env.push(format!("{alias} (SGLang)"));
+        }
+        let env = if env.is_empty() {
+            String::new()
+        } else {
+            format!("env {}; ", env.join(", "))
+        };
+        println!("{:<width$}  {env}read by {}", "", k.read_by);
+        let secret = if k.secret {
+            " (secret: never shown)"
+        } else {
+            ""
+        };
+        println!("{:<width$}  {}{secret}", "", k.doc);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn config_show(config: &hicache::Config, json: &JsonOut) -> hicache::Result<ExitCode> {

@@ -17,6 +17,7 @@ mod params;
 mod pool;
 mod pool_builder;
 pub mod raw;
+mod reference;
 mod region_id;
 mod registry;
 mod routing;
@@ -44,6 +45,7 @@ pub use pool::{
     gather_page, scatter_page,
 };
 pub use pool_builder::PoolGeometryBuilder;
+pub use reference::{ConfigKey, config_keys, config_keys_markdown};
 pub use registry::{Considered, PluginRegistry, Selection, Verdict};
 
 #[doc(hidden)]

@@ -25,6 +25,7 @@ pub enum ParamKind {
 
 /// One parameter a plugin accepts.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct ParamSpec {
     /// Name as written in config files.
     pub name: &'static str,
@@ -37,6 +38,9 @@ pub struct ParamSpec {
     pub env_fallback: &'static [&'static str],
     /// One line of documentation.
     pub doc: &'static str,
+    /// What the plugin uses when the config does not set it, as the config reference
+    /// shows it (`None`: unset means absent, or the doc says what happens).
+    pub default: Option<&'static str>,
 }
 
 impl ParamSpec {
@@ -48,7 +52,14 @@ impl ParamSpec {
             secret: false,
             env_fallback: &[],
             doc,
+            default: None,
         }
+    }
+
+    /// Records the default, as the config reference shows it.
+    pub const fn default(mut self, shown: &'static str) -> Self {
+        self.default = Some(shown);
+        self
     }
 
     /// Marks the parameter as a credential.
@@ -260,7 +271,8 @@ pub trait DeclaredParams: Sized {
 /// with one `Option<Setting<T>>` field per parameter, filled by `from_params`.
 ///
 /// Each line is `field: Kind = "name" => "doc"` with optional flags after a comma:
-/// `secret` (a credential: never shown) and `env(&["VAR", ...])` (environment fallbacks).
+/// `secret` (a credential: never shown), `env(&["VAR", ...])` (environment fallbacks) and
+/// `default("shown")` (the default, as the config reference shows it).
 /// `Kind` is `Bool` (`bool`), `UInt` (`u64`), `Float` (`f64`), `Str` (`String`) or
 /// `OneOf["a", "b"]` (`String`, lower-cased).
 ///
@@ -268,7 +280,7 @@ pub trait DeclaredParams: Sized {
 /// hicache_core::plugin_params! {
 ///     /// Parameters of the ACME plugin.
 ///     pub struct AcmeParams {
-///         depth: UInt = "depth" => "requests in flight (default 8)";
+///         depth: UInt = "depth" => "requests in flight", default("8");
 ///         mode: OneOf["fast", "safe"] = "mode" => "write mode";
 ///         token: Str = "token" => "API token", secret, env(&["ACME_TOKEN"]);
 ///     }

@@ -16,7 +16,9 @@ use serde::Serialize;
 
 use crate::backend::{BackendKind, DynBackend};
 use crate::config::{Config, PluginChoice};
-use crate::config::{RawValue, Setting, Source, TOP_LEVEL_KEYS};
+use crate::config::{
+    ConfigLoader, KnownPlugins, RawValue, Setting, Source, check_plugin_keys, known_top_level,
+};
 use crate::error::closest_match;
 use crate::error::{Error, Result};
 use crate::params::{ParamSpec, PluginParams, typed};
@@ -380,35 +382,11 @@ impl PluginRegistry {
         }
     }
 
-    /// A top-level key that is neither hicache's own nor a parameter of any registered
-    /// plugin is a typo (or belongs to a plugin this build lacks): one error naming it and
-    /// the closest known key, before any plugin is probed.
+    /// A plugin key that no plugin of this registry takes is a typo (or belongs to a plugin
+    /// this build lacks): one error naming it and the closest known key, before any plugin
+    /// is probed.
     fn check_flat_keys(&self, config: &Config) -> Result<()> {
-        let takes = |key: &str| {
-            self.plugins
-                .iter()
-                .any(|p| p.params.iter().any(|s| s.name == key))
-        };
-        let Some((key, _)) = config.flat_params.iter().find(|(key, _)| !takes(key)) else {
-            return Ok(());
-        };
-        let known = TOP_LEVEL_KEYS.iter().copied().chain(
-            self.plugins
-                .iter()
-                .flat_map(|p| p.params.iter().map(|s| s.name)),
-        );
-        Err(Error::UnknownConfigKey {
-            key: key.to_string(),
-            context: format!(
-                "the top level (neither a hicache key nor a parameter of a plugin in this build: {})",
-                self.plugins
-                    .iter()
-                    .map(|p| p.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            suggestion: closest_match(key, known),
-        })
+        check_plugin_keys(config, &known_plugins(&self.plugins))
     }
 
     /// Selects and builds a backend. Under `auto`, a plugin whose build fails is skipped
@@ -433,6 +411,25 @@ impl PluginRegistry {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+fn known_plugins(plugins: &[&'static PluginDescriptor]) -> KnownPlugins {
+    plugins
+        .iter()
+        .map(|p| (p.name, p.params.iter().map(|s| s.name).collect()))
+        .collect()
+}
+
+impl ConfigLoader {
+    /// Checks plugin keys against `plugins` at [`load`](Self::load): a top-level key that
+    /// is neither hicache's own nor a parameter of one of them, or a key in
+    /// `[plugin.<name>]` that plugin does not take, fails `load` with one error naming the
+    /// key and the closest known one. The facade's `hicache::config()` starts here with
+    /// every plugin of the build.
+    pub fn plugins(mut self, plugins: &[&'static PluginDescriptor]) -> Self {
+        self.known_plugins = Some(known_plugins(plugins));
+        self
     }
 }
 
@@ -475,7 +472,7 @@ pub fn params_for(plugin: &PluginDescriptor, config: &Config) -> Result<PluginPa
                 .params
                 .iter()
                 .map(|s| s.name)
-                .chain(TOP_LEVEL_KEYS.iter().copied());
+                .chain(known_top_level());
             return Err(Error::UnknownConfigKey {
                 key: name.to_string(),
                 context: format!(
@@ -771,6 +768,54 @@ mod tests {
             .load()
             .unwrap();
         assert!(r.select(&cfg).is_ok());
+    }
+
+    #[test]
+    fn a_loader_told_the_plugins_rejects_a_typo_at_load_once() {
+        let plugins: &[&'static PluginDescriptor] = &[&THREEFS, &POSIX, &OBJ];
+        let e = ConfigLoader::new()
+            .plugins(plugins)
+            .extra_config(r#"{"plugin": "auto", "storge_dir": "/x"}"#)
+            .load()
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, Error::UnknownConfigKey { .. }), "{text}");
+        assert!(text.contains("did you mean `storage_dir`"), "{text}");
+        assert!(text.contains("the top level of inline config"), "{text}");
+        assert_eq!(text.matches("storge_dir").count(), 1, "{text}");
+        // A parameter one of the plugins takes loads, flat or in its section.
+        ConfigLoader::new()
+            .plugins(plugins)
+            .extra_config(r#"{"use_uring": true}"#)
+            .load()
+            .unwrap();
+        ConfigLoader::new()
+            .plugins(plugins)
+            .set("plugin.posix.use_uring", true)
+            .load()
+            .unwrap();
+        // A section key its plugin does not take is refused; a section of a plugin this
+        // build lacks is left for selection.
+        let e = ConfigLoader::new()
+            .plugins(plugins)
+            .set("plugin.posix.use_urng", true)
+            .load()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[plugin.posix]") && e.contains("did you mean `use_uring`"),
+            "{e}"
+        );
+        ConfigLoader::new()
+            .plugins(plugins)
+            .set("plugin.gds.whatever", 1)
+            .load()
+            .unwrap();
+        // Without the list, the same config loads and selection refuses it.
+        ConfigLoader::new()
+            .set("plugin.posix.use_urng", true)
+            .load()
+            .unwrap();
     }
 
     #[test]

@@ -18,12 +18,13 @@ hicache_core::plugin_params! {
         endpoint: Str = "endpoint" => "endpoint URL override, e.g. http://127.0.0.1:9000",
             env(&["AWS_ENDPOINT_URL"]);
         endpoint_override: Str = "endpoint_override" => "NIXL alias of endpoint";
-        region: Str = "region" => "region (default us-east-1)",
-            env(&["AWS_REGION", "AWS_DEFAULT_REGION"]);
+        region: Str = "region" => "region",
+            env(&["AWS_REGION", "AWS_DEFAULT_REGION"]), default("us-east-1");
         scheme: OneOf["http", "https"] = "scheme"
             => "scheme when the endpoint has none; http allows plain HTTP";
         allow_http: Bool = "allow_http"
-            => "allow plain-HTTP endpoints (default: true when the endpoint or scheme is http)";
+            => "allow plain-HTTP endpoints",
+            default("true when the endpoint or scheme is http");
         access_key: Str = "access_key" => "access key id", secret, env(&["AWS_ACCESS_KEY_ID"]);
         secret_key: Str = "secret_key" => "secret access key", secret,
             env(&["AWS_SECRET_ACCESS_KEY"]);
@@ -31,24 +32,27 @@ hicache_core::plugin_params! {
         session_token: Str = "session_token" => "session token", secret,
             env(&["AWS_SESSION_TOKEN"]);
         anonymous: Bool = "anonymous"
-            => "send unsigned requests, for public buckets (default false; object_store client only)";
+            => "send unsigned requests, for public buckets (object_store client only)",
+            default("false");
         virtual_hosted: Bool = "virtual_hosted"
-            => "virtual-hosted-style requests (default false: path style)";
+            => "virtual-hosted-style requests (false: path style)", default("false");
         use_virtual_addressing: Bool = "use_virtual_addressing" => "NIXL alias of virtual_hosted";
-        request_timeout_ms: UInt = "request_timeout_ms" => "per-request timeout (default 30000)";
-        retries: UInt = "retries" => "retries of a failed request, with backoff (default 3)";
-        retry_backoff_ms: UInt = "retry_backoff_ms" => "first retry backoff, doubling (default 100)";
-        max_concurrency: UInt = "max_concurrency" => "requests in flight per batch (default 32)";
+        request_timeout_ms: UInt = "request_timeout_ms" => "per-request timeout, ms", default("30000");
+        retries: UInt = "retries" => "retries of a failed request, with backoff", default("3");
+        retry_backoff_ms: UInt = "retry_backoff_ms" => "first retry backoff, ms, doubling",
+            default("100");
+        max_concurrency: UInt = "max_concurrency" => "requests in flight per batch", default("32");
         num_threads: UInt = "num_threads" => "NIXL alias of max_concurrency";
         multipart_threshold: UInt = "multipart_threshold"
-            => "objects above this many bytes upload in parts (default 64 MiB)";
+            => "objects above this many bytes upload in parts", default("64 MiB");
         part_size: UInt = "part_size"
-            => "bytes per multipart part (default 16 MiB; S3 wants >= 5 MiB)";
+            => "bytes per multipart part (S3 wants >= 5 MiB)", default("16 MiB");
         key_prefix: Str = "key_prefix" => "prefix (namespace) of every object key";
         conditional_create: Bool = "conditional_create"
-            => "create objects with If-None-Match: * (default true)";
+            => "create objects with If-None-Match: *", default("true");
         client: OneOf["object_store", "aws-sdk"] = "client"
-            => "S3 client: object_store (default) or aws-sdk (needs the `aws-sdk` feature)";
+            => "S3 client: object_store or aws-sdk (needs the `aws-sdk` feature)",
+            default("object_store");
         throughput_target_gbps: Float = "throughput_target_gbps"
             => "NIXL/AWS-CRT tuning; accepted and ignored (no CRT client here)";
         crt_min_limit: UInt = "crtMinLimit"

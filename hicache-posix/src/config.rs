@@ -12,18 +12,27 @@ hicache_core::plugin_params! {
     /// Parameters accepted in `[plugin.posix]` (or the flat form).
     pub struct PosixParams {
         engine: OneOf["auto", "uring", "threads"] = "engine"
-            => "I/O engine: io_uring, a thread pool, or auto (io_uring when the kernel allows it)";
+            => "I/O engine: io_uring, a thread pool, or auto (probes io_uring, runs the thread pool: it measured faster; see the crate README)",
+            default("auto");
         threads: UInt = "threads"
-            => "I/O threads of the thread-pool engine (default: 16 on block filesystems, one per CPU on tmpfs/ramfs)";
-        queue_depth: UInt = "queue_depth" => "io_uring submission queue entries (default 256)";
+            => "I/O threads of the thread-pool engine",
+            default("16 on block filesystems, one per CPU on tmpfs/ramfs");
+        queue_depth: UInt = "queue_depth"
+            => "io_uring submission queue entries, a power of two in 8..=4096 (objects in flight: depth / 5)",
+            default("256");
         sync: OneOf["none", "data", "full"] = "sync"
-            => "what a write flushes before it returns: none (survives a process kill; default), data (fdatasync the file before publishing it), full (data, then fsync the bucket dir after the rename: the new object survives power loss)";
+            => "what a write flushes before it returns: none (survives a process kill), data (fdatasync the file before publishing it), full (data, then fsync the bucket dir after the rename: the new object survives power loss)",
+            default("none");
         spare_bytes: UInt = "spare_bytes"
-            => "bytes of replaced or removed object files kept per dir for reuse (default 2 GiB with enveloped pages; 0 turns recycling off; raw pages never recycle)";
+            => "bytes of replaced or removed object files kept per dir for reuse (0 turns recycling off; raw pages never recycle)",
+            default("2 GiB with enveloped pages");
         file_mode: UInt = "file_mode"
-            => "permission bits of page files (default 0o600: pages come from users' prompts; the umask still applies)";
-        dir_mode: UInt = "dir_mode" => "permission bits of the dirs hicache creates (default 0o700)";
-        use_uring: Bool = "use_uring" => "NIXL compatibility: true means engine = uring";
+            => "permission bits of page files (pages come from users' prompts; the umask still applies)",
+            default("0o600");
+        dir_mode: UInt = "dir_mode" => "permission bits of the dirs hicache creates",
+            default("0o700");
+        use_uring: Bool = "use_uring"
+            => "NIXL compatibility: true means engine = uring (use_uring, use_aio and use_posix_aio exclude each other)";
         use_aio: Bool = "use_aio"
             => "NIXL compatibility: accepted; Linux AIO is served by the thread-pool engine";
         use_posix_aio: Bool = "use_posix_aio"

@@ -6,9 +6,8 @@
 use std::sync::Arc;
 
 use hicache::{
-    AttentionKind, BlockingHiCache, ConfigLoader, Dtype, HiCacheOptions, HostPool, HostSlots,
-    Layout, MmapPool, PageKey, PoolGeometry, ReadOutcome, StorageIdentity, gather_page,
-    scatter_page,
+    AttentionKind, BlockingHiCache, Dtype, HiCacheOptions, HostPool, HostSlots, Layout, MmapPool,
+    PageKey, PoolGeometry, ReadOutcome, StorageIdentity, gather_page, scatter_page,
 };
 
 const THREADS: u64 = 3;
@@ -16,7 +15,7 @@ const PAGES_PER_THREAD: u64 = 16;
 
 fn main() -> hicache::Result<()> {
     let dir = tempfile::tempdir().map_err(|e| hicache::Error::io("example", "tempdir", None, e))?;
-    let config = ConfigLoader::new()
+    let config = hicache::config()
         .set("storage_dir", dir.path().display().to_string())
         .load()?;
     let cache = Arc::new(BlockingHiCache::new(hicache::HiCache::open(

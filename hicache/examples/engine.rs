@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use hicache::{
-    AttentionKind, ConfigLoader, Dtype, EnvSnapshot, HiCacheOptions, HostSlots, Layout, MmapPool,
-    PageKey, PoolGeometry, ReadOutcome, StorageIdentity, gather_page, scatter_page,
+    AttentionKind, Dtype, EnvSnapshot, HiCacheOptions, HostSlots, Layout, MmapPool, PageKey,
+    PoolGeometry, ReadOutcome, StorageIdentity, gather_page, scatter_page,
 };
 
 const PAGES: u64 = 64;
@@ -26,7 +26,7 @@ async fn main() -> hicache::Result<()> {
         ),
     )
     .map_err(|e| hicache::Error::io("example", "write config", Some(file.clone()), e))?;
-    let config = ConfigLoader::new()
+    let config = hicache::config()
         .file(&file)
         .env(EnvSnapshot::from_pairs(std::env::vars()))
         .load()?;

@@ -6,13 +6,13 @@
 use std::sync::Arc;
 
 use hicache::{
-    AttentionKind, ConfigLoader, Dtype, HiCacheOptions, HostSlots, Layout, MmapPool, PageKey,
-    PoolGeometry, ReadOutcome, StorageIdentity, scatter_page,
+    AttentionKind, Dtype, HiCacheOptions, HostSlots, Layout, MmapPool, PageKey, PoolGeometry,
+    ReadOutcome, StorageIdentity, scatter_page,
 };
 
 #[tokio::main]
 async fn main() -> hicache::Result<()> {
-    let config = ConfigLoader::new()
+    let config = hicache::config()
         .extra_config(r#"{"plugin": {"obj": {"active": true, "url": "memory://"}}}"#)
         .load()?;
     let cache = hicache::open(config, HiCacheOptions::new(StorageIdentity::single("m")))?;

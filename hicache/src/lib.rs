@@ -32,6 +32,33 @@ pub fn registry() -> Result<PluginRegistry> {
     PluginRegistry::new(&builtin_plugins())
 }
 
+/// A config loader that knows this build's plugins: a key that is neither hicache's own
+/// nor a parameter of one of them fails [`ConfigLoader::load`] with one error naming it
+/// and the closest known key. Add sources as on [`ConfigLoader::new`].
+///
+/// ```
+/// let config = hicache::config().set("storage_dri", "/data").load();
+/// assert!(config.unwrap_err().to_string().contains("did you mean `storage_dir`"));
+/// ```
+pub fn config() -> ConfigLoader {
+    let plugins = match registry() {
+        Ok(registry) => registry.plugins().to_vec(),
+        // Two plugins under one name: `open` reports it; check keys against the built-ins.
+        Err(_) => builtin_plugins(),
+    };
+    ConfigLoader::new().plugins(&plugins)
+}
+
+/// The config reference of this build: hicache's keys and every compiled plugin's
+/// parameters (what `hicache config keys` prints). The reference for every plugin is
+/// [`config_reference`].
+pub fn reference() -> Vec<ConfigKey> {
+    config_keys(&builtin_plugins())
+}
+
+#[doc = include_str!("../CONFIG.md")]
+pub mod config_reference {}
+
 /// Selects and builds a plugin for `config` and returns the connector.
 pub fn open(config: Config, options: HiCacheOptions) -> Result<HiCache> {
     HiCache::open(&registry()?, config, options)
@@ -39,6 +66,21 @@ pub fn open(config: Config, options: HiCacheOptions) -> Result<HiCache> {
 
 #[cfg(test)]
 mod tests {
+    /// CONFIG.md is the reference of a build with every plugin that exists; a change to a
+    /// key table or a plugin's parameters that is not carried into it fails here.
+    #[test]
+    #[cfg(all(feature = "posix", feature = "obj"))]
+    fn config_md_is_the_generated_reference() {
+        let generated = crate::config_keys_markdown(&super::reference());
+        let committed = include_str!("../CONFIG.md");
+        if generated != committed {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/CONFIG.md");
+            panic!(
+                "{path} is out of date; regenerate it with\n  cargo run -p hicache-cli --features obj -- config keys --markdown > hicache/CONFIG.md\n\ngenerated:\n{generated}"
+            );
+        }
+    }
+
     #[test]
     fn every_enabled_feature_registers_its_plugin() {
         let registry = super::registry().unwrap();

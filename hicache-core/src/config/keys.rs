@@ -10,58 +10,202 @@ use crate::error::{Error, Result, closest_match};
 use crate::key::NamingScheme;
 
 /// Kind of an engine key, for type checks.
-#[derive(Clone, Copy)]
-pub(super) enum EngineKind {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EngineKind {
     Int,
     Number,
     Bool,
     Str,
 }
 
-pub(super) const ENGINE_KEYS: &[(&str, EngineKind)] = &[
-    ("prefetch_threshold", EngineKind::Int),
-    ("prefetch_timeout_base", EngineKind::Number),
-    ("prefetch_timeout_per_ki_token", EngineKind::Number),
-    ("hicache_storage_pass_prefix_keys", EngineKind::Bool),
-    ("tp_lcm_size", EngineKind::Int),
-    ("interface_v1", EngineKind::Bool),
-    ("file_storage_path", EngineKind::Str),
-];
+/// Who acts on a top-level key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reader {
+    /// Plugin selection.
+    Selection,
+    /// The connector (`HiCache`), for every plugin.
+    Connector,
+    /// FILE plugins (POSIX today).
+    FilePlugins,
+    /// Validated and shown, but nothing in hicache acts on it yet.
+    Nobody,
+    /// SGLang's own knob of this type: accepted so SGLang configs load, never given to a
+    /// plugin.
+    Engine(EngineKind),
+}
 
-/// hicache's own top-level keys.
-pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
-    "plugin",
-    "storage_dir",
-    "use_direct_io",
-    "naming",
-    "page_format",
-    "transfer_mode",
-    "l3_cleaner_enabled",
-    "l3_cleaner_high_watermark",
-    "l3_cleaner_low_watermark",
-];
+/// One top-level key: the table the loader accepts keys from (a key missing here is
+/// "unknown", whatever the code below would do with it) and the config reference lists.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeySpec {
+    pub name: &'static str,
+    /// The value's type, as the reference shows it.
+    pub ty: &'static str,
+    /// The default, as the reference shows it; `None` when unset means "absent".
+    pub default: Option<&'static str>,
+    /// hicache's environment variable.
+    pub env: Option<&'static str>,
+    /// SGLang's name for the same environment variable (the hicache name wins).
+    pub sglang_env: Option<&'static str>,
+    pub reader: Reader,
+    pub doc: &'static str,
+}
 
-/// Environment variables read, each with its SGLang alias (the hicache name wins).
-pub(crate) const ENV_VARS: &[(&str, &str, &str)] = &[
-    (
+const fn key(
+    name: &'static str,
+    ty: &'static str,
+    default: Option<&'static str>,
+    reader: Reader,
+    doc: &'static str,
+) -> KeySpec {
+    KeySpec {
+        name,
+        ty,
+        default,
+        env: None,
+        sglang_env: None,
+        reader,
+        doc,
+    }
+}
+
+impl KeySpec {
+    const fn env(mut self, var: &'static str) -> Self {
+        self.env = Some(var);
+        self
+    }
+
+    const fn sglang_env(mut self, var: &'static str) -> Self {
+        self.sglang_env = Some(var);
+        self
+    }
+}
+
+const fn engine(name: &'static str, kind: EngineKind, doc: &'static str) -> KeySpec {
+    let ty = match kind {
+        EngineKind::Int => "integer",
+        EngineKind::Number => "number",
+        EngineKind::Bool => "bool",
+        EngineKind::Str => "string",
+    };
+    key(name, ty, None, Reader::Engine(kind), doc)
+}
+
+/// Every top-level key, hicache's own first, then SGLang's engine keys.
+pub(crate) const KEYS: &[KeySpec] = &[
+    key(
         "plugin",
-        "HICACHE_BACKEND_PLUGIN",
-        "SGLANG_HICACHE_NIXL_BACKEND_PLUGIN",
-    ),
-    (
+        "`auto` or a plugin name",
+        Some("auto"),
+        Reader::Selection,
+        "the plugin to use; `auto` probes every plugin in this build and takes the best usable one",
+    )
+    .env("HICACHE_BACKEND_PLUGIN")
+    .sglang_env("SGLANG_HICACHE_NIXL_BACKEND_PLUGIN"),
+    key(
         "storage_dir",
-        "HICACHE_STORAGE_DIR",
-        "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR",
-    ),
-    (
+        "list of paths, or one string split at commas",
+        Some(DEFAULT_STORAGE_DIR),
+        Reader::FilePlugins,
+        "storage dirs in routing order (the order is part of where each page lives)",
+    )
+    .env("HICACHE_STORAGE_DIR")
+    .sglang_env("SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR"),
+    key(
         "use_direct_io",
-        "HICACHE_USE_DIRECT_IO",
-        "SGLANG_HICACHE_NIXL_USE_DIRECT_IO",
+        "bool",
+        Some("true"),
+        Reader::FilePlugins,
+        "bypass the page cache (O_DIRECT) where the filesystem allows it",
+    )
+    .env("HICACHE_USE_DIRECT_IO")
+    .sglang_env("SGLANG_HICACHE_NIXL_USE_DIRECT_IO"),
+    key(
+        "naming",
+        "`hicache` or `sglang`",
+        Some("hicache"),
+        Reader::Connector,
+        "object names: hicache's (namespaced by everything that changes a page's bytes) or SGLang's",
+    )
+    .env("HICACHE_NAMING"),
+    key(
+        "page_format",
+        "`envelope` or `raw`",
+        Some("envelope"),
+        Reader::Connector,
+        "object framing: a checksummed envelope, or the page bytes alone (SGLang's format)",
+    )
+    .env("HICACHE_PAGE_FORMAT"),
+    key(
+        "transfer_mode",
+        "`auto` or `bounce`",
+        Some("auto"),
+        Reader::Connector,
+        "zero-copy where the pool allows it (`auto`), or always through staging (`bounce`)",
+    )
+    .env("HICACHE_TRANSFER_MODE"),
+    key(
+        "l3_cleaner_enabled",
+        "bool",
+        Some("true"),
+        Reader::Nobody,
+        "SGLang's capacity cleaner switch; hicache has no cleaner yet",
     ),
-    ("naming", "HICACHE_NAMING", ""),
-    ("page_format", "HICACHE_PAGE_FORMAT", ""),
-    ("transfer_mode", "HICACHE_TRANSFER_MODE", ""),
+    key(
+        "l3_cleaner_high_watermark",
+        "percent (0-100)",
+        Some("80"),
+        Reader::Nobody,
+        "disk usage above which a cleaner would start; must exceed the low watermark",
+    ),
+    key(
+        "l3_cleaner_low_watermark",
+        "percent (0-100)",
+        Some("70"),
+        Reader::Nobody,
+        "disk usage below which a cleaner would stop",
+    ),
+    engine(
+        "prefetch_threshold",
+        EngineKind::Int,
+        "SGLang: the fewest tokens worth prefetching (SGLang's default 256)",
+    ),
+    engine(
+        "prefetch_timeout_base",
+        EngineKind::Number,
+        "SGLang: base of the prefetch timeout, seconds (SGLang's default 1)",
+    ),
+    engine(
+        "prefetch_timeout_per_ki_token",
+        EngineKind::Number,
+        "SGLang: prefetch timeout added per 1024 tokens, seconds (SGLang's default 0.25)",
+    ),
+    engine(
+        "hicache_storage_pass_prefix_keys",
+        EngineKind::Bool,
+        "SGLang: pass the keys of the preceding pages to the storage backend (SGLang's default false)",
+    ),
+    engine(
+        "tp_lcm_size",
+        EngineKind::Int,
+        "SGLang: a tensor-parallel size its controller removes from the config before a backend sees it",
+    ),
+    engine(
+        "interface_v1",
+        EngineKind::Bool,
+        "SGLang: drive a `dynamic` backend through the v1 batch interface",
+    ),
+    engine(
+        "file_storage_path",
+        EngineKind::Str,
+        "SGLang: the HiCacheFile backend's dir (hicache's is `storage_dir`)",
+    ),
 ];
+
+/// The spec of top-level key `name`.
+pub(crate) fn key_spec(name: &str) -> Option<&'static KeySpec> {
+    KEYS.iter().find(|k| k.name == name)
+}
 
 /// Applies one document. Returns true when it is fully qualified with no active section.
 pub(super) fn apply_document(
@@ -92,11 +236,8 @@ pub(super) fn apply_document(
     Ok(no_active)
 }
 
-pub(super) fn known_top_level() -> impl Iterator<Item = &'static str> {
-    TOP_LEVEL_KEYS
-        .iter()
-        .copied()
-        .chain(ENGINE_KEYS.iter().map(|(k, _)| *k))
+pub(crate) fn known_top_level() -> impl Iterator<Item = &'static str> + Clone {
+    KEYS.iter().map(|k| k.name)
 }
 
 /// Applies `[plugin.<name>]` sections; returns whether one of them is active.
@@ -162,7 +303,14 @@ pub(super) fn apply_top_level(
     value: &Value,
     source: &Source,
 ) -> Result<bool> {
+    let Some(spec) = key_spec(key) else {
+        return Ok(false);
+    };
     let src = source.clone();
+    if let Reader::Engine(kind) = spec.reader {
+        apply_engine_key(cfg, key, kind, value, source)?;
+        return Ok(true);
+    }
     match key {
         "plugin" => {
             let s = string_value(key, value, source)?;
@@ -227,43 +375,59 @@ pub(super) fn apply_top_level(
             cfg.cleaner_low_watermark.offer(x, src);
         }
         _ => {
-            let Some((_, kind)) = ENGINE_KEYS.iter().find(|(k, _)| *k == key) else {
-                return Ok(false);
-            };
-            let raw = match kind {
-                EngineKind::Int => match value {
-                    Value::Number(n) if n.is_i64() => RawValue::Int(n.as_i64().unwrap_or(0)),
-                    _ => return Err(type_error(key, value, source, "an integer")),
-                },
-                EngineKind::Number => match value.as_f64() {
-                    Some(x) => RawValue::Float(x),
-                    None => return Err(type_error(key, value, source, "a number")),
-                },
-                EngineKind::Bool => RawValue::Bool(strict_bool(key, value, source)?),
-                EngineKind::Str => RawValue::Str(string_value(key, value, source)?),
-            };
-            match cfg.engine.values.get_mut(key) {
-                Some(existing) => existing.offer(raw, src),
-                None => {
-                    cfg.engine.values.insert(
-                        key.to_string(),
-                        Setting {
-                            value: raw,
-                            source: src,
-                            overridden: Vec::new(),
-                        },
-                    );
-                }
-            }
+            // A key in the table with no arm above: a bug here, not in the user's config.
+            return Err(Error::invalid_config(
+                key,
+                source.to_string(),
+                "hicache lists this key but does not read it (a bug in hicache; please report it)",
+            ));
         }
     }
     Ok(true)
 }
 
+/// Stores one of SGLang's engine keys after checking its type; it never reaches a plugin.
+fn apply_engine_key(
+    cfg: &mut Config,
+    key: &str,
+    kind: EngineKind,
+    value: &Value,
+    source: &Source,
+) -> Result<()> {
+    let raw = match kind {
+        EngineKind::Int => match value {
+            Value::Number(n) if n.is_i64() => RawValue::Int(n.as_i64().unwrap_or(0)),
+            _ => return Err(type_error(key, value, source, "an integer")),
+        },
+        EngineKind::Number => match value.as_f64() {
+            Some(x) => RawValue::Float(x),
+            None => return Err(type_error(key, value, source, "a number")),
+        },
+        EngineKind::Bool => RawValue::Bool(strict_bool(key, value, source)?),
+        EngineKind::Str => RawValue::Str(string_value(key, value, source)?),
+    };
+    match cfg.engine.values.get_mut(key) {
+        Some(existing) => existing.offer(raw, source.clone()),
+        None => {
+            cfg.engine.values.insert(
+                key.to_string(),
+                Setting {
+                    value: raw,
+                    source: source.clone(),
+                    overridden: Vec::new(),
+                },
+            );
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn apply_env(cfg: &mut Config, env: &EnvSnapshot) -> Result<()> {
-    for (key, name, alias) in ENV_VARS {
+    for spec in KEYS {
+        let Some(name) = spec.env else { continue };
+        let alias = spec.sglang_env.unwrap_or_default();
         let primary = env.get(name);
-        let secondary = (!alias.is_empty()).then(|| env.get(alias)).flatten();
+        let secondary = spec.sglang_env.and_then(|a| env.get(a));
         let (var, value) = match (primary, secondary) {
             (Some(p), Some(s)) => {
                 if p != s {
@@ -271,14 +435,14 @@ pub(super) fn apply_env(cfg: &mut Config, env: &EnvSnapshot) -> Result<()> {
                         "{name}={p:?} and its alias {alias}={s:?} disagree; using {name}"
                     ));
                 }
-                (*name, p)
+                (name, p)
             }
-            (Some(p), None) => (*name, p),
-            (None, Some(s)) => (*alias, s),
+            (Some(p), None) => (name, p),
+            (None, Some(s)) => (alias, s),
             (None, None) => continue,
         };
         let source = Source::Env(var.to_string());
-        apply_top_level(cfg, key, &Value::String(value.to_string()), &source)?;
+        apply_top_level(cfg, spec.name, &Value::String(value.to_string()), &source)?;
     }
     Ok(())
 }
@@ -305,6 +469,58 @@ pub(super) fn apply_explicit(
             context: "explicit settings".into(),
             suggestion: closest_match(key, known_top_level()),
         });
+    }
+    Ok(())
+}
+
+/// The plugins keys are checked against: each plugin's name and parameter names.
+pub(crate) type KnownPlugins = Vec<(&'static str, Vec<&'static str>)>;
+
+/// Checks every plugin key against the plugins of this build: a flat (top-level) key must
+/// be a parameter of one of them, and a `[plugin.<name>]` section of one of them may hold
+/// only that plugin's parameters. A section of a plugin this build lacks is left alone (a
+/// shared config may carry sections for other builds); selecting that plugin fails later,
+/// naming the Cargo feature.
+pub(crate) fn check_plugin_keys(cfg: &Config, plugins: &KnownPlugins) -> Result<()> {
+    let takes = |key: &str| plugins.iter().any(|(_, params)| params.contains(&key));
+    if let Some((key, setting)) = cfg.flat_params.iter().find(|(key, _)| !takes(key)) {
+        let names: Vec<&str> = plugins.iter().map(|(name, _)| *name).collect();
+        let every_param = plugins
+            .iter()
+            .flat_map(|(_, params)| params.iter().copied());
+        return Err(Error::UnknownConfigKey {
+            key: key.to_string(),
+            context: format!(
+                "the top level of {} (neither a hicache key nor a parameter of a plugin in this build: {})",
+                setting.source,
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ),
+            suggestion: closest_match(key, known_top_level().chain(every_param)),
+        });
+    }
+    for (section_name, section) in &cfg.plugin_sections {
+        let Some((plugin, params)) = plugins
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(section_name))
+        else {
+            continue;
+        };
+        if let Some((key, setting)) = section.params.iter().find(|(k, _)| !params.contains(k)) {
+            return Err(Error::UnknownConfigKey {
+                key: key.to_string(),
+                context: format!(
+                    "[plugin.{}] of {} (plugin {plugin} accepts: {})",
+                    section_name.to_ascii_lowercase(),
+                    setting.source,
+                    params.join(", ")
+                ),
+                suggestion: closest_match(key, params.iter().copied()),
+            });
+        }
     }
     Ok(())
 }

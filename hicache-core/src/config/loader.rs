@@ -56,6 +56,8 @@ pub struct ConfigLoader {
     env: Option<EnvSnapshot>,
     explicit: Vec<(String, Value, Source)>,
     errors: Vec<Error>,
+    /// Set by [`plugins`](Self::plugins): plugin keys are checked at `load`.
+    pub(crate) known_plugins: Option<KnownPlugins>,
 }
 
 impl ConfigLoader {
@@ -118,7 +120,9 @@ impl ConfigLoader {
         self
     }
 
-    /// Applies every source and validates the result.
+    /// Applies every source and validates the result. With [`plugins`](Self::plugins), a
+    /// plugin key that none of them takes is an error here, once; without, the check waits
+    /// for plugin selection.
     pub fn load(self) -> Result<Config> {
         if let Some(e) = self.errors.into_iter().next() {
             return Err(e);
@@ -159,6 +163,9 @@ impl ConfigLoader {
             });
         }
         cfg.validate()?;
+        if let Some(plugins) = &self.known_plugins {
+            check_plugin_keys(&cfg, plugins)?;
+        }
         Ok(cfg)
     }
 }

@@ -35,7 +35,9 @@ use values::{one_of, percent, raw_value, strict_bool, string_value, type_error};
 pub(crate) use dirs::{check_dir_list, parse_dir_list};
 pub use display::ConfigEntry;
 pub(crate) use display::looks_secret;
-pub(crate) use keys::TOP_LEVEL_KEYS;
+#[cfg(test)]
+pub(crate) use keys::EngineKind;
+pub(crate) use keys::{KEYS, KeySpec, KnownPlugins, Reader, check_plugin_keys, known_top_level};
 pub use loader::{ConfigLoader, EnvSnapshot};
 pub use source::{Setting, Source};
 pub(crate) use values::parse_bool;
