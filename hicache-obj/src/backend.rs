@@ -99,6 +99,7 @@ impl Client {
                 session_token,
                 virtual_hosted,
             } => {
+                crate::tls::ensure_provider();
                 // from_env: the standard AWS chain (environment, web identity, container and
                 // instance credentials) unless the config names credentials.
                 let mut b = AmazonS3Builder::from_env()

@@ -7,6 +7,7 @@ mod errors;
 mod probe;
 #[cfg(feature = "aws-sdk")]
 mod sdk;
+mod tls;
 
 pub use backend::ObjBackend;
 pub use config::{ClientKind, ObjConfig, ObjParams, PARAMS, Target};
