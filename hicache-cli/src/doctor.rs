@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use hicache::raw::Capability;
 use hicache::{
-    Config, HiCache, HiCacheOptions, HostSlots, MmapPool, PageKey, PoolGeometry, ReadOutcome,
-    Source, StorageIdentity, TransferMode, choose_mode, gather_page, scatter_page,
+    Config, Considered, HiCache, HiCacheOptions, HostSlots, MmapPool, PageKey, PluginRegistry,
+    PoolGeometry, ReadOutcome, Selection, Source, StorageIdentity, TransferMode, choose_mode,
+    gather_page, scatter_page,
 };
 use serde::Serialize;
 
@@ -103,17 +104,32 @@ pub async fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
         .cloned()
         .collect();
     let mut steps = vec![config_step(config)];
-    let (plugins, selected) = plugins_step(config);
+    // Every plugin is probed once; selection, the dir checks and the build reuse it.
+    let (mut plugins, probed, selected) = plugins_step(config);
+    // The dirs as they were: opening the plugin adds this process's own spare dir.
+    let dirs = dirs_step(config, &missing, &probed);
+    let backend =
+        selected.and_then(
+            |(registry, selection)| match registry.build(config, &selection) {
+                Ok(backend) => Some(backend),
+                Err(e) => {
+                    plugins.fail(
+                        format!(
+                            "{} is usable but failed to open: {e}",
+                            selection.plugin.name
+                        ),
+                        "fix what the error names",
+                    );
+                    None
+                }
+            },
+        );
     steps.push(plugins);
-    steps.push(dirs_step(config, &missing));
-    let backend = match &selected {
-        Some(_) => hicache::registry().and_then(|r| r.open(config)).ok(),
-        None => None,
-    };
-    let capability = backend.as_ref().map(|(b, _)| b.info().capability);
+    steps.push(dirs);
+    let capability = backend.as_ref().map(|b| b.info().capability);
     steps.push(geometry_step(config, opts, capability.as_ref()));
     steps.push(memory_step(opts));
-    steps.push(round_trip_step(config, opts, backend.map(|(b, _)| b)).await);
+    steps.push(round_trip_step(config, opts, backend).await);
     DoctorReport { steps }
 }
 
@@ -145,47 +161,48 @@ fn config_step(config: &Config) -> Step {
     step
 }
 
-fn plugins_step(config: &Config) -> (Step, Option<String>) {
+/// Probes every plugin and selects from those probes.
+fn plugins_step(config: &Config) -> (Step, Vec<Considered>, Option<(PluginRegistry, Selection)>) {
     let mut step = Step::new("plugins");
     let registry = match hicache::registry() {
         Ok(r) => r,
         Err(e) => {
             step.fail(e.to_string(), "make plugin names unique");
-            return (step, None);
+            return (step, Vec::new(), None);
         }
     };
-    for c in registry.probe_all(config) {
+    let probed = registry.probe_all(config);
+    for c in &probed {
         step.details.push(format!(
             "{} ({}, priority {}): {}",
             c.name, c.kind, c.priority, c.verdict
         ));
     }
-    match registry.select(config) {
-        Ok(sel) => {
-            step.details.push(sel.summary());
-            (step, Some(sel.plugin.name.to_string()))
-        }
+    let selection = match registry.select_probed(config, &probed) {
+        Ok(sel) => sel,
         Err(e) => {
             let fix = match &e {
                 hicache::Error::PluginUnusable { hint: Some(h), .. } => h.clone(),
                 _ => "enable a usable plugin, or fix what its probe reports".into(),
             };
             step.fail(e.to_string(), fix);
-            (step, None)
+            return (step, probed, None);
         }
-    }
+    };
+    step.details.push(selection.summary());
+    (step, probed, Some((registry, selection)))
 }
 
-fn dirs_step(config: &Config, missing: &[PathBuf]) -> Step {
+fn dirs_step(config: &Config, missing: &[PathBuf], probed: &[Considered]) -> Step {
     let mut step = Step::new("storage dirs");
     for dir in &config.storage_dirs.value {
         if missing.contains(dir) {
             step.warn(
-                format!("{} did not exist (the probe created it)", dir.display()),
+                format!("{} did not exist", dir.display()),
                 format!("create it ahead of time (`mkdir -p {}`) on the disk you mean to use; the POSIX plugin creates it on open", dir.display()),
             );
         }
-        check_dir(&mut step, dir, config.use_direct_io.value);
+        check_dir(&mut step, dir, config.use_direct_io.value, probed);
         check_private(&mut step, dir);
         check_contents(&mut step, dir);
     }
@@ -218,9 +235,21 @@ fn check_private(step: &mut Step, dir: &Path) {
     }
 }
 
+/// What the POSIX probe found in `dir` (it examines every existing dir); a dir it did not
+/// examine (missing before the run, or POSIX refused the config) is probed here.
 #[cfg(feature = "posix")]
-fn check_dir(step: &mut Step, dir: &Path, direct: bool) {
-    match hicache::posix::probe_dir(dir, direct) {
+fn check_dir(step: &mut Step, dir: &Path, direct: bool, probed: &[Considered]) {
+    let found = probed
+        .iter()
+        .find(|c| c.name == hicache::posix::NAME)
+        .and_then(|c| c.findings.get::<hicache::posix::PosixFindings>())
+        .filter(|f| f.config.direct_io == direct)
+        .and_then(|f| f.dirs.iter().flatten().find(|p| p.path == dir).cloned());
+    let outcome = match found {
+        Some(p) => Ok(p),
+        None => hicache::posix::probe_dir(dir, direct),
+    };
+    match outcome {
         Ok(p) => {
             let align = match (p.fs.dio_mem_align, p.fs.dio_offset_align) {
                 (Some(m), Some(o)) => format!("DIOALIGN mem {m} / offset {o}"),
@@ -316,7 +345,7 @@ fn check_contents(step: &mut Step, dir: &Path) {
 fn check_contents(_step: &mut Step, _dir: &Path) {}
 
 #[cfg(not(feature = "posix"))]
-fn check_dir(step: &mut Step, dir: &Path, _direct: bool) {
+fn check_dir(step: &mut Step, dir: &Path, _direct: bool, _probed: &[Considered]) {
     step.details.push(format!(
         "{}: not checked (this build has no FILE plugin)",
         dir.display()

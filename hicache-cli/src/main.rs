@@ -434,10 +434,7 @@ fn bench(config: hicache::Config, args: &BenchArgs, json: &JsonOut) -> hicache::
                 .get("OBJ")
                 .ok_or_else(|| hicache::Error::backend("bench", "OBJ is not registered"))?;
             let params = hicache::raw::params_for(plugin, &config)?;
-            let ctx = hicache::raw::PluginContext {
-                config: &config,
-                params: &params,
-            };
+            let ctx = hicache::raw::PluginContext::new(&config, &params);
             let cfg = hicache::obj::ObjConfig::from_context(&ctx)?;
             runtime()?.block_on(hicache_cli::bench::raw_object_store(
                 cfg,
@@ -709,6 +706,7 @@ fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Result<ExitCode
                     "priority": c.priority,
                     "usable": c.verdict.is_usable(),
                     "verdict": c.verdict,
+                    "facts": c.facts,
                     "auto_choice": Some(&c.name) == auto_choice.as_ref(),
                 })
             })
@@ -753,6 +751,9 @@ fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Result<ExitCode
             c.kind.to_string(),
             c.priority
         );
+        for (subject, facts) in facts_by_subject(&c.facts) {
+            println!("{:<25}{subject}: {facts}", "");
+        }
     }
     match (&requested, &auto_choice) {
         (Some(name), _) if usable => {
@@ -766,6 +767,23 @@ fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Result<ExitCode
         (None, None) => println!("\n`auto` finds no usable plugin here"),
     }
     Ok(code)
+}
+
+/// A probe's facts, one line per subject in the order found: `("/data", "filesystem ext4,
+/// free 10 GiB")`.
+fn facts_by_subject(facts: &[hicache::Fact]) -> Vec<(&str, String)> {
+    let mut out: Vec<(&str, String)> = Vec::new();
+    for f in facts {
+        let item = format!("{} {}", f.name, f.value);
+        match out.iter_mut().find(|(s, _)| *s == f.subject) {
+            Some((_, line)) => {
+                line.push_str(", ");
+                line.push_str(&item);
+            }
+            None => out.push((&f.subject, item)),
+        }
+    }
+    out
 }
 
 /// Plugin parameters the plugin would refuse, as `bench` and `doctor` would report them: the

@@ -16,6 +16,7 @@ mod memory_backend;
 mod params;
 mod pool;
 mod pool_builder;
+mod probe;
 pub mod raw;
 mod reference;
 mod region_id;
@@ -45,8 +46,9 @@ pub use pool::{
     gather_page, scatter_page,
 };
 pub use pool_builder::PoolGeometryBuilder;
+pub use probe::{Fact, Verdict};
 pub use reference::{ConfigKey, config_keys, config_keys_markdown};
-pub use registry::{Considered, PluginRegistry, Selection, Verdict};
+pub use registry::{Considered, PluginRegistry, Selection};
 
 #[doc(hidden)]
 pub mod __private {

@@ -381,7 +381,8 @@ mod tests {
     use super::*;
     use crate::backend::BackendKind;
     use crate::config::ConfigLoader;
-    use crate::registry::{PluginDescriptor, Verdict, params_for};
+    use crate::probe::Probe;
+    use crate::registry::{PluginDescriptor, params_for};
 
     crate::plugin_params! {
         /// Every kind once.
@@ -395,8 +396,8 @@ mod tests {
         }
     }
 
-    fn unusable(_: &crate::registry::PluginContext<'_>) -> Verdict {
-        Verdict::unusable("test", "none")
+    fn unusable(_: &crate::registry::PluginContext<'_>) -> Probe {
+        Probe::unusable("test", "none")
     }
     fn no_build(_: &crate::registry::PluginContext<'_>) -> Result<crate::backend::DynBackend> {
         Err(Error::backend("DEMO", "test"))

@@ -1,6 +1,7 @@
 //! Host KV pools: geometry, SGLang's four layouts, per-page spans, gather/scatter.
 //!
-//! Byte orders follow SGLang exactly (spec §2.2–2.3), with `S` = tokens in the pool
+//! Byte orders follow SGLang's host pools exactly (`MHATokenToKVPoolHost` and
+//! `MLATokenToKVPoolHost` in its `mem_cache` package), with `S` = tokens in the pool
 //! (`pages × page_tokens`), `L` layers, `H` KV heads, `D` head dim, `C` MLA latent dim:
 //!
 //! | layout | MHA buffer | MLA buffer | a page's object bytes (flat page) |

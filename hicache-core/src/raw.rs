@@ -4,7 +4,8 @@
 //! A plugin implements [`StorageBackend`] over registered memory ([`RegionTable`] pins it,
 //! no `unsafe` needed), declares its parameters with
 //! [`plugin_params!`](crate::plugin_params), describes itself with a [`PluginDescriptor`]
-//! and registers that with [`register_plugin!`](crate::register_plugin). The page envelope
+//! whose probe returns a [`Probe`] (verdict, facts, and findings its build reuses), and
+//! registers that with [`register_plugin!`](crate::register_plugin). The page envelope
 //! and the dir routing are here for plugins and tools that read stored objects themselves.
 
 pub use crate::backend::{
@@ -19,6 +20,7 @@ pub use crate::memory::{
 pub use crate::params::{
     DeclaredParams, ParamKind, ParamSpec, ParamType, ParamValue, PluginParams,
 };
+pub use crate::probe::{Findings, Probe};
 pub use crate::registry::{PluginContext, PluginDescriptor, params_for, priority};
 
 #[doc(hidden)]

@@ -10,8 +10,6 @@
 //! plugin named explicitly is probed too, and an unusable one is an error that says why —
 //! never a silent switch to another plugin.
 
-use std::fmt;
-
 use serde::Serialize;
 
 use crate::backend::{BackendKind, DynBackend};
@@ -22,6 +20,7 @@ use crate::config::{
 use crate::error::closest_match;
 use crate::error::{Error, Result};
 use crate::params::{ParamSpec, PluginParams, typed};
+use crate::probe::{Fact, Findings, Probe, Verdict};
 
 /// Default priorities (higher is tried first within a kind); SGLang's order.
 pub mod priority {
@@ -37,68 +36,41 @@ pub mod priority {
     pub const OBJ: i32 = 100;
 }
 
-/// What a probe found.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "verdict", rename_all = "lowercase")]
-pub enum Verdict {
-    /// The plugin works here.
-    Usable {
-        /// What was checked (filesystem, alignment, engine…).
-        detail: String,
-    },
-    /// The plugin cannot work here.
-    Unusable {
-        /// What failed.
-        reason: String,
-        /// How to fix it.
-        hint: Option<String>,
-    },
-}
-
-impl Verdict {
-    /// A usable verdict.
-    pub fn usable(detail: impl Into<String>) -> Self {
-        Verdict::Usable {
-            detail: detail.into(),
-        }
-    }
-
-    /// An unusable verdict with a hint.
-    pub fn unusable(reason: impl Into<String>, hint: impl Into<String>) -> Self {
-        Verdict::Unusable {
-            reason: reason.into(),
-            hint: Some(hint.into()),
-        }
-    }
-
-    /// Whether usable.
-    pub fn is_usable(&self) -> bool {
-        matches!(self, Verdict::Usable { .. })
-    }
-}
-
-impl fmt::Display for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Verdict::Usable { detail } => write!(f, "usable ({detail})"),
-            Verdict::Unusable { reason, hint } => {
-                write!(f, "unusable: {reason}")?;
-                if let Some(h) = hint {
-                    write!(f, "; hint: {h}")?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-/// What probe and build get: the whole config and this plugin's validated parameters.
+/// What probe and build get: the whole config, this plugin's validated parameters and, in
+/// `build`, what this plugin's probe found.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct PluginContext<'a> {
     /// The effective configuration.
     pub config: &'a Config,
     /// This plugin's parameters.
     pub params: &'a PluginParams,
+    /// In `build` after selection probed the plugin: the probe's findings.
+    pub probed: Option<&'a Findings>,
+}
+
+impl<'a> PluginContext<'a> {
+    /// A context with no probe findings (the probe's own, or a build without selection).
+    pub fn new(config: &'a Config, params: &'a PluginParams) -> Self {
+        PluginContext {
+            config,
+            params,
+            probed: None,
+        }
+    }
+
+    /// With the findings of this plugin's probe.
+    pub fn with_findings(mut self, findings: &'a Findings) -> Self {
+        self.probed = Some(findings);
+        self
+    }
+
+    /// The probe's findings as `T`: `None` when no probe ran for this build, or it found
+    /// nothing of that type. A build uses them instead of testing again, and tests itself
+    /// when they are absent.
+    pub fn findings<T: std::any::Any>(&self) -> Option<&'a T> {
+        self.probed?.get::<T>()
+    }
 }
 
 /// A statically known plugin, built with [`PluginDescriptor::new`] (fields may be added
@@ -106,8 +78,9 @@ pub struct PluginContext<'a> {
 ///
 /// ```
 /// # use hicache_core::raw::{BackendKind, DynBackend, PluginContext, PluginDescriptor};
-/// # use hicache_core::{Result, Verdict};
-/// # fn probe(_: &PluginContext<'_>) -> Verdict { Verdict::unusable("no device", "none") }
+/// # use hicache_core::Result;
+/// # use hicache_core::raw::Probe;
+/// # fn probe(_: &PluginContext<'_>) -> Probe { Probe::unusable("no device", "none") }
 /// # fn build(_: &PluginContext<'_>) -> Result<DynBackend> { unreachable!() }
 /// hicache_core::plugin_params! {
 ///     pub struct AcmeParams {
@@ -133,8 +106,8 @@ pub struct PluginDescriptor {
     pub summary: &'static str,
     /// Accepted parameters.
     pub params: &'static [ParamSpec],
-    /// Functional probe: proves the plugin can work here.
-    pub probe: fn(&PluginContext<'_>) -> Verdict,
+    /// Functional probe: proves the plugin can work here, and says what it found.
+    pub probe: fn(&PluginContext<'_>) -> Probe,
     /// Builds a backend.
     pub build: fn(&PluginContext<'_>) -> Result<DynBackend>,
 }
@@ -145,7 +118,7 @@ impl PluginDescriptor {
         name: &'static str,
         kind: BackendKind,
         summary: &'static str,
-        probe: fn(&PluginContext<'_>) -> Verdict,
+        probe: fn(&PluginContext<'_>) -> Probe,
         build: fn(&PluginContext<'_>) -> Result<DynBackend>,
     ) -> Self {
         PluginDescriptor {
@@ -200,6 +173,12 @@ pub struct Considered {
     pub priority: i32,
     /// Probe verdict (or why it was not probed).
     pub verdict: Verdict,
+    /// What the probe established (none when it did not run).
+    pub facts: Vec<Fact>,
+    /// What the probe handed to the plugin's build (opaque except to tools that know the
+    /// plugin).
+    #[serde(skip)]
+    pub findings: Findings,
     /// Whether a probe ran (false: not needed, a higher-priority plugin was usable).
     pub probed: bool,
 }
@@ -211,6 +190,8 @@ pub struct Selection {
     pub plugin: &'static PluginDescriptor,
     /// Its validated parameters.
     pub params: PluginParams,
+    /// What its probe handed to its build.
+    pub findings: Findings,
     /// What was asked for.
     pub requested: PluginChoice,
     /// Every plugin considered, in the order tried.
@@ -292,7 +273,8 @@ impl PluginRegistry {
         Error::unknown_plugin(name, self.plugins.iter().map(|p| p.name))
     }
 
-    /// Probes every plugin (for `hicache plugins` / `doctor`).
+    /// Probes every plugin (for `hicache plugins` / `doctor`). Hand the result to
+    /// [`select_probed`](Self::select_probed) to choose without probing again.
     pub fn probe_all(&self, config: &Config) -> Vec<Considered> {
         self.plugins
             .iter()
@@ -300,9 +282,16 @@ impl PluginRegistry {
             .collect()
     }
 
-    /// Chooses a plugin for `config` (see the module docs).
+    /// Chooses a plugin for `config` (see the module docs), probing as it goes.
     pub fn select(&self, config: &Config) -> Result<Selection> {
         self.select_excluding(config, &[])
+    }
+
+    /// Chooses as [`select`](Self::select) does, from probes already run by
+    /// [`probe_all`](Self::probe_all): no plugin is probed again (one missing from
+    /// `probed` is probed now).
+    pub fn select_probed(&self, config: &Config, probed: &[Considered]) -> Result<Selection> {
+        self.choose(config, &[], Some(probed))
     }
 
     /// Selection that treats `failed` plugins (name, reason) as unusable: used when building
@@ -312,32 +301,52 @@ impl PluginRegistry {
         config: &Config,
         failed: &[(String, String)],
     ) -> Result<Selection> {
+        self.choose(config, failed, None)
+    }
+
+    fn choose(
+        &self,
+        config: &Config,
+        failed: &[(String, String)],
+        probed: Option<&[Considered]>,
+    ) -> Result<Selection> {
         self.check_flat_keys(config)?;
+        let probe = |plugin: &PluginDescriptor| {
+            let recorded = probed
+                .into_iter()
+                .flatten()
+                .find(|c| c.probed && c.name == plugin.name);
+            match recorded {
+                Some(c) => {
+                    Probe::from_parts(c.verdict.clone(), c.facts.clone(), c.findings.clone())
+                }
+                None => probe_one(plugin, config),
+            }
+        };
         let requested = config.plugin.value.clone();
         match &requested {
             PluginChoice::Named(name) => {
                 let plugin = self.get(name).ok_or_else(|| self.unknown(name))?;
                 let params = params_for(plugin, config)?;
-                let verdict = (plugin.probe)(&PluginContext {
-                    config,
-                    params: &params,
-                });
-                match verdict {
-                    Verdict::Unusable { reason, hint } => Err(Error::PluginUnusable {
+                let found = probe(plugin);
+                if let Verdict::Unusable { reason, hint } = found.verdict() {
+                    return Err(Error::PluginUnusable {
                         plugin: plugin.name.to_string(),
-                        reason,
-                        hint,
-                    }),
-                    usable => Ok(Selection {
-                        plugin,
-                        params,
-                        requested,
-                        considered: vec![considered(plugin, usable, true)],
-                    }),
+                        reason: reason.clone(),
+                        hint: hint.clone(),
+                    });
                 }
+                let seen = considered(plugin, found, true);
+                Ok(Selection {
+                    plugin,
+                    params,
+                    findings: seen.findings.clone(),
+                    requested,
+                    considered: vec![seen],
+                })
             }
             PluginChoice::Auto => {
-                let mut seen = Vec::new();
+                let mut seen: Vec<Considered> = Vec::new();
                 let mut chosen = None;
                 for plugin in &self.plugins {
                     if chosen.is_some() {
@@ -346,24 +355,26 @@ impl PluginRegistry {
                             Verdict::Unusable {
                                 reason: "not probed: a higher-priority plugin is usable".into(),
                                 hint: None,
-                            },
+                            }
+                            .into(),
                             false,
                         ));
                         continue;
                     }
-                    let verdict = match failed.iter().find(|(n, _)| n == plugin.name) {
+                    let found = match failed.iter().find(|(n, _)| n == plugin.name) {
                         Some((_, reason)) => Verdict::Unusable {
                             reason: format!("build failed: {reason}"),
                             hint: None,
-                        },
-                        None => probe_one(plugin, config),
+                        }
+                        .into(),
+                        None => probe(plugin),
                     };
-                    if verdict.is_usable() {
-                        chosen = Some(*plugin);
+                    if found.verdict().is_usable() {
+                        chosen = Some((*plugin, seen.len()));
                     }
-                    seen.push(considered(plugin, verdict, true));
+                    seen.push(considered(plugin, found, true));
                 }
-                let Some(plugin) = chosen else {
+                let Some((plugin, at)) = chosen else {
                     return Err(Error::NoUsablePlugin {
                         tried: seen
                             .into_iter()
@@ -375,6 +386,7 @@ impl PluginRegistry {
                 Ok(Selection {
                     plugin,
                     params,
+                    findings: seen[at].findings.clone(),
                     requested,
                     considered: seen,
                 })
@@ -389,17 +401,20 @@ impl PluginRegistry {
         check_plugin_keys(config, &known_plugins(&self.plugins))
     }
 
+    /// Builds the selected plugin's backend, with what its probe found (so its build does
+    /// not test again what the probe established).
+    pub fn build(&self, config: &Config, selection: &Selection) -> Result<DynBackend> {
+        let ctx = PluginContext::new(config, &selection.params).with_findings(&selection.findings);
+        (selection.plugin.build)(&ctx)
+    }
+
     /// Selects and builds a backend. Under `auto`, a plugin whose build fails is skipped
     /// (with its error as the reason) and the next usable one is tried.
     pub fn open(&self, config: &Config) -> Result<(DynBackend, Selection)> {
         let mut failed: Vec<(String, String)> = Vec::new();
         loop {
             let selection = self.select_excluding(config, &failed)?;
-            let ctx = PluginContext {
-                config,
-                params: &selection.params,
-            };
-            match (selection.plugin.build)(&ctx) {
+            match self.build(config, &selection) {
                 Ok(backend) => {
                     tracing::info!("{}", selection.summary());
                     return Ok((backend, selection));
@@ -433,27 +448,28 @@ impl ConfigLoader {
     }
 }
 
-fn considered(p: &PluginDescriptor, verdict: Verdict, probed: bool) -> Considered {
+fn considered(p: &PluginDescriptor, probe: Probe, probed: bool) -> Considered {
+    let (verdict, facts, findings) = probe.into_parts();
     Considered {
         name: p.name.to_string(),
         kind: p.kind,
         priority: p.priority,
         verdict,
+        facts,
+        findings,
         probed,
     }
 }
 
 /// Validates parameters and runs the probe; a parameter error makes the plugin unusable.
-fn probe_one(p: &PluginDescriptor, config: &Config) -> Verdict {
+fn probe_one(p: &PluginDescriptor, config: &Config) -> Probe {
     match params_for(p, config) {
-        Ok(params) => (p.probe)(&PluginContext {
-            config,
-            params: &params,
-        }),
+        Ok(params) => (p.probe)(&PluginContext::new(config, &params)),
         Err(e) => Verdict::Unusable {
             reason: format!("config does not fit this plugin: {e}"),
             hint: None,
-        },
+        }
+        .into(),
     }
 }
 
@@ -529,11 +545,11 @@ mod tests {
     use super::*;
     use crate::config::{ConfigLoader, EnvSnapshot};
 
-    fn usable(_: &PluginContext<'_>) -> Verdict {
-        Verdict::usable("fake")
+    fn usable(_: &PluginContext<'_>) -> Probe {
+        Probe::usable("fake")
     }
-    fn unusable(_: &PluginContext<'_>) -> Verdict {
-        Verdict::unusable("no mount", "mount it")
+    fn unusable(_: &PluginContext<'_>) -> Probe {
+        Probe::unusable("no mount", "mount it")
     }
     fn no_build(ctx: &PluginContext<'_>) -> Result<DynBackend> {
         Err(Error::backend(
@@ -837,5 +853,54 @@ mod tests {
         let s = r.select(&cfg).unwrap();
         assert_eq!(s.plugin.name, "POSIX");
         assert!(s.considered[0].verdict.to_string().contains("use_uring"));
+    }
+
+    /// Found by [`counting_probe`]; its build requires it.
+    #[derive(Debug, PartialEq)]
+    struct Slots(u32);
+
+    static PROBES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn counting_probe(_: &PluginContext<'_>) -> Probe {
+        PROBES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Probe::usable("8 slots")
+            .fact("/dev/fake0", "slots", "8")
+            .with_findings(Slots(8))
+    }
+
+    fn build_with_findings(ctx: &PluginContext<'_>) -> Result<DynBackend> {
+        match ctx.findings::<Slots>() {
+            Some(Slots(8)) => build_memory(ctx),
+            other => Err(Error::backend("FAKE", format!("findings: {other:?}"))),
+        }
+    }
+
+    static FINDER: PluginDescriptor = PluginDescriptor::new(
+        "FINDER",
+        BackendKind::File,
+        "fake",
+        counting_probe,
+        build_with_findings,
+    );
+
+    #[test]
+    fn the_probe_runs_once_and_its_build_gets_the_findings() {
+        let r = registry(&[&FINDER, &OBJ]);
+        let cfg = auto();
+        let before = PROBES.load(std::sync::atomic::Ordering::SeqCst);
+        let probed = r.probe_all(&cfg);
+        assert_eq!(probed[0].facts[0].value, "8");
+        let selection = r.select_probed(&cfg, &probed).unwrap();
+        assert_eq!(selection.plugin.name, "FINDER");
+        r.build(&cfg, &selection).unwrap();
+        assert_eq!(PROBES.load(std::sync::atomic::Ordering::SeqCst) - before, 1);
+        // open probes once and builds with the findings; a build without them fails.
+        r.open(&cfg).unwrap();
+        assert_eq!(PROBES.load(std::sync::atomic::Ordering::SeqCst) - before, 2);
+        let params = params_for(&FINDER, &cfg).unwrap();
+        let e = (FINDER.build)(&PluginContext::new(&cfg, &params))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("findings: None"), "{e}");
     }
 }

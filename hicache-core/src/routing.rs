@@ -47,7 +47,8 @@ pub fn bucket_name(bucket: u8) -> [u8; 2] {
 mod tests {
     use super::*;
 
-    /// The vectors of the SGLang spec, §4.
+    /// Routes SGLang's NIXL routing (`nixl_routing.py`: blake2b-64, disk `(h >> 16) % n`,
+    /// bucket `h & 0xFF`) gives these keys.
     #[test]
     fn sglang_vectors() {
         let zeros = "0".repeat(64);

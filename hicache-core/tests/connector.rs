@@ -973,8 +973,8 @@ async fn exists_report_and_close_follow_the_pool() {
     ));
 }
 
-fn usable(_: &hicache_core::raw::PluginContext<'_>) -> hicache_core::Verdict {
-    hicache_core::Verdict::usable("in memory")
+fn usable(_: &hicache_core::raw::PluginContext<'_>) -> hicache_core::raw::Probe {
+    hicache_core::raw::Probe::usable("in memory")
 }
 
 fn build_memory(

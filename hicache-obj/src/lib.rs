@@ -11,6 +11,7 @@ mod tls;
 
 pub use backend::ObjBackend;
 pub use config::{ClientKind, ObjConfig, ObjParams, PARAMS, Target};
+pub use probe::ObjFindings;
 
 use hicache_core::Result;
 use hicache_core::raw::{BackendKind, DynBackend, PluginContext, PluginDescriptor, priority};
@@ -32,7 +33,10 @@ pub static DESCRIPTOR: PluginDescriptor = PluginDescriptor::new(
 hicache_core::register_plugin!(DESCRIPTOR);
 
 fn build(ctx: &PluginContext<'_>) -> Result<DynBackend> {
-    Ok(std::sync::Arc::new(ObjBackend::new(
-        ObjConfig::from_context(ctx)?,
-    )?))
+    // After selection, the probe has validated the config (and proved it with a round trip).
+    let config = match ctx.findings::<ObjFindings>() {
+        Some(found) => found.config.clone(),
+        None => ObjConfig::from_context(ctx)?,
+    };
+    Ok(std::sync::Arc::new(ObjBackend::new(config)?))
 }

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use hicache_core::Verdict;
-use hicache_core::raw::PluginContext;
+use hicache_core::raw::{PluginContext, Probe};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 
@@ -11,10 +11,26 @@ use crate::backend::ObjBackend;
 use crate::config::ObjConfig;
 use crate::errors::{classify, describe};
 
-pub(crate) fn probe(ctx: &PluginContext<'_>) -> Verdict {
+/// What the OBJ probe hands to the plugin's build: the configuration it validated and
+/// proved with a round trip.
+#[derive(Clone, Debug)]
+pub struct ObjFindings {
+    /// The validated configuration.
+    pub config: ObjConfig,
+}
+
+pub(crate) fn probe(ctx: &PluginContext<'_>) -> Probe {
     let cfg = match ObjConfig::from_context(ctx) {
         Ok(c) => c,
-        Err(e) => return Verdict::unusable(e.to_string(), "fix the [plugin.obj] parameters"),
+        Err(e) => return Probe::unusable(e.to_string(), "fix the [plugin.obj] parameters"),
+    };
+    let location = cfg.location();
+    let client = match cfg.client {
+        crate::config::ClientKind::ObjectStore => "object_store",
+        crate::config::ClientKind::AwsSdk => "aws-sdk",
+    };
+    let findings = ObjFindings {
+        config: cfg.clone(),
     };
     // A thread of its own: the probe may be called from inside an async runtime.
     let handle = std::thread::spawn(move || {
@@ -32,9 +48,18 @@ pub(crate) fn probe(ctx: &PluginContext<'_>) -> Verdict {
         };
         rt.block_on(round_trip(cfg))
     });
-    handle
+    let verdict = handle
         .join()
-        .unwrap_or_else(|_| Verdict::unusable("the probe panicked", "report a bug"))
+        .unwrap_or_else(|_| Verdict::unusable("the probe panicked", "report a bug"));
+    let usable = verdict.is_usable();
+    let probe = Probe::from(verdict).fact(&location, "client", client);
+    if usable {
+        probe
+            .fact(&location, "round trip", "put, get and delete ok")
+            .with_findings(findings)
+    } else {
+        probe
+    }
 }
 
 async fn round_trip(cfg: ObjConfig) -> Verdict {

@@ -23,10 +23,7 @@ fn config_file(toml: &str) -> (tempfile::TempDir, hicache_core::Config) {
 fn obj_config(toml: &str) -> hicache_core::Result<ObjConfig> {
     let (_dir, config) = config_file(toml);
     let params = params_for(&DESCRIPTOR, &config)?;
-    ObjConfig::from_context(&PluginContext {
-        config: &config,
-        params: &params,
-    })
+    ObjConfig::from_context(&PluginContext::new(&config, &params))
 }
 
 const S3: &str = r#"

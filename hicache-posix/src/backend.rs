@@ -16,6 +16,7 @@ use crate::config::{EngineChoice, PosixConfig};
 use crate::fsinfo::{self, FsInfo};
 use crate::io::Root;
 use crate::plan::{Held, OpKind, Outcome, Plan};
+use crate::probe::DirProbe;
 use crate::threads::ThreadEngine;
 use crate::uring::UringEngine;
 
@@ -81,6 +82,13 @@ pub struct PosixBackend {
 impl PosixBackend {
     /// Creates the dirs and their 256 bucket dirs, checks O_DIRECT per dir, starts the engine.
     pub fn new(cfg: &PosixConfig) -> Result<Self> {
+        Self::open(cfg, &[])
+    }
+
+    /// As [`new`](Self::new), taking each dir's filesystem and O_DIRECT verdict from the
+    /// probe where it examined that dir (`probed` in routing order), so nothing is tested
+    /// twice.
+    pub(crate) fn open(cfg: &PosixConfig, probed: &[Option<DirProbe>]) -> Result<Self> {
         if cfg.dirs.is_empty() {
             return Err(Error::invalid_config(
                 "storage_dir",
@@ -90,30 +98,45 @@ impl PosixBackend {
         }
         let mut roots = Vec::with_capacity(cfg.dirs.len());
         let mut root_info = Vec::with_capacity(cfg.dirs.len());
-        for dir in &cfg.dirs {
+        for (i, dir) in cfg.dirs.iter().enumerate() {
             let root_dir = prepare_dir(dir, cfg.dir_mode)?;
-            let fs = fsinfo::fs_info(dir)
-                .map_err(|e| Error::io(NAME, "statfs", Some(dir.clone()), e))?;
-            let (direct, fallback) = if cfg.direct_io {
-                match direct_io_supported(&root_dir) {
-                    Ok(()) => (true, None),
-                    Err(e) => {
-                        let why = format!(
-                            "O_DIRECT refused on {} ({}): {e}",
-                            dir.display(),
-                            fs.fs_type
-                        );
-                        tracing::warn!(
-                            root = %dir.display(),
-                            fs = %fs.fs_type,
-                            errno = e.raw_os_error().unwrap_or(0),
-                            "O_DIRECT is refused here; falling back to buffered I/O for this dir"
-                        );
-                        (false, Some(why))
-                    }
+            let known = probed
+                .get(i)
+                .and_then(Option::as_ref)
+                .filter(|p| p.path == *dir);
+            let fs = match known {
+                Some(p) => p.fs.clone(),
+                None => fsinfo::fs_info(dir)
+                    .map_err(|e| Error::io(NAME, "statfs", Some(dir.clone()), e))?,
+            };
+            // Why O_DIRECT cannot be used in this dir, if it cannot; the probe's answer
+            // where it examined the dir, a test of our own otherwise.
+            let refused = match (cfg.direct_io, known.and_then(|p| p.direct_io)) {
+                (false, _) => None,
+                (true, Some(true)) => None,
+                (true, Some(false)) => Some(
+                    known
+                        .and_then(|p| p.direct_io_error.clone())
+                        .unwrap_or_else(|| "refused by the filesystem".into()),
+                ),
+                (true, None) => direct_io_supported(&root_dir).err().map(|e| e.to_string()),
+            };
+            let (direct, fallback) = match refused {
+                None => (cfg.direct_io, None),
+                Some(e) => {
+                    let why = format!(
+                        "O_DIRECT refused on {} ({}): {e}",
+                        dir.display(),
+                        fs.fs_type
+                    );
+                    tracing::warn!(
+                        root = %dir.display(),
+                        fs = %fs.fs_type,
+                        error = %e,
+                        "O_DIRECT is refused here; falling back to buffered I/O for this dir"
+                    );
+                    (false, Some(why))
                 }
-            } else {
-                (false, None)
             };
             let spares = if cfg.spare_bytes > 0 {
                 Some(

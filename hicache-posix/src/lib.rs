@@ -19,7 +19,7 @@ pub use backend::{Flushes, PosixBackend, RootInfo};
 pub use config::{EngineChoice, PARAMS, PosixConfig, PosixParams, SyncMode};
 pub use fsinfo::{FALLBACK_ALIGN, FsInfo, fs_info, space};
 pub use inspect::{RootContents, inspect_root};
-pub use probe::{DirProbe, DirProblem, probe_dir};
+pub use probe::{DirProbe, DirProblem, PosixFindings, probe_dir};
 
 use hicache_core::Result;
 use hicache_core::raw::{BackendKind, DynBackend, PluginContext, PluginDescriptor, priority};
@@ -41,6 +41,13 @@ pub static DESCRIPTOR: PluginDescriptor = PluginDescriptor::new(
 hicache_core::register_plugin!(DESCRIPTOR);
 
 fn build(ctx: &PluginContext<'_>) -> Result<DynBackend> {
+    // After selection, the probe has validated the config and examined each existing dir.
+    if let Some(found) = ctx.findings::<PosixFindings>() {
+        return Ok(std::sync::Arc::new(PosixBackend::open(
+            &found.config,
+            &found.dirs,
+        )?));
+    }
     let cfg = PosixConfig::from_context(ctx)?;
     Ok(std::sync::Arc::new(PosixBackend::new(&cfg)?))
 }

@@ -3,8 +3,7 @@
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use hicache_core::Verdict;
-use hicache_core::raw::{AlignedBuf, PluginContext};
+use hicache_core::raw::{AlignedBuf, PluginContext, Probe};
 
 use crate::config::{EngineChoice, PosixConfig};
 use crate::fsinfo::{self, FsInfo};
@@ -184,42 +183,64 @@ fn missing_dir(dir: &Path) -> Option<Result<String, DirProblem>> {
     )))
 }
 
-pub(crate) fn probe(ctx: &PluginContext<'_>) -> Verdict {
+/// What the POSIX probe hands to the plugin's build (and to tools such as `hicache
+/// doctor`): the validated config and, per dir in routing order, what the probe found there
+/// (`None` for a dir that did not exist yet: nothing was created, so nothing was tested).
+#[derive(Clone, Debug)]
+pub struct PosixFindings {
+    /// The configuration the probe validated.
+    pub config: PosixConfig,
+    /// One entry per storage dir.
+    pub dirs: Vec<Option<DirProbe>>,
+}
+
+pub(crate) fn probe(ctx: &PluginContext<'_>) -> Probe {
     let cfg = match PosixConfig::from_context(ctx) {
         Ok(c) => c,
-        Err(e) => return Verdict::unusable(e.to_string(), "fix the [plugin.posix] parameters"),
+        Err(e) => return Probe::unusable(e.to_string(), "fix the [plugin.posix] parameters"),
     };
     let uring = crate::uring::check_support(cfg.queue_depth);
-    let engine = match (cfg.engine, &uring) {
+    let (engine, uring_fact) = match (cfg.engine, &uring) {
         (EngineChoice::Uring, Err(e)) => {
-            return Verdict::unusable(
+            return Probe::unusable(
                 format!("engine = \"uring\" but io_uring is unavailable: {e}"),
                 "use engine = \"threads\" or \"auto\", or allow io_uring (sysctl kernel.io_uring_disabled=0, seccomp)",
             );
         }
-        (EngineChoice::Uring, Ok(_)) => {
-            format!("engine io_uring (queue depth {})", cfg.queue_depth)
-        }
-        (_, Ok(_)) => "engine threads (io_uring available)".to_string(),
-        (_, Err(e)) => format!("engine threads (io_uring unavailable: {e})"),
+        (EngineChoice::Uring, Ok(_)) => (
+            format!("engine io_uring (queue depth {})", cfg.queue_depth),
+            "available".to_string(),
+        ),
+        (_, Ok(_)) => (
+            "engine threads (io_uring available)".to_string(),
+            "available".to_string(),
+        ),
+        (_, Err(e)) => (
+            format!("engine threads (io_uring unavailable: {e})"),
+            format!("unavailable: {e}"),
+        ),
     };
     drop(uring);
     let mut details = Vec::new();
+    let mut facts = Vec::new();
+    let mut dirs = Vec::with_capacity(cfg.dirs.len());
     for dir in &cfg.dirs {
+        let shown = dir.display().to_string();
         // A probe creates nothing: a dir that does not exist yet is judged by the nearest
         // existing ancestor it would be created under (the backend creates it on open).
         if let Some(missing) = missing_dir(dir) {
             match missing {
                 Ok(detail) => {
                     details.push(detail);
+                    facts.push((
+                        shown,
+                        "state",
+                        "missing: created when the plugin opens".into(),
+                    ));
+                    dirs.push(None);
                     continue;
                 }
-                Err(problem) => {
-                    return Verdict::Unusable {
-                        reason: problem.reason,
-                        hint: Some(problem.hint),
-                    };
-                }
+                Err(problem) => return Probe::unusable(problem.reason, problem.hint),
             }
         }
         match probe_dir(dir, cfg.direct_io) {
@@ -230,15 +251,29 @@ pub(crate) fn probe(ctx: &PluginContext<'_>) -> Verdict {
                     _ => "buffered I/O".into(),
                 };
                 details.push(format!("{}: {}, {dio}", p.path.display(), p.fs.fs_type));
+                facts.push((shown.clone(), "filesystem", p.fs.fs_type.clone()));
+                facts.push((
+                    shown.clone(),
+                    "free",
+                    hicache_core::ByteSize(p.free_bytes).to_string(),
+                ));
+                facts.push((shown, "I/O", dio));
+                dirs.push(Some(p));
             }
-            Err(problem) => {
-                return Verdict::Unusable {
-                    reason: problem.reason,
-                    hint: Some(problem.hint),
-                };
-            }
+            Err(problem) => return Probe::unusable(problem.reason, problem.hint),
         }
     }
     details.push(engine);
-    Verdict::usable(details.join("; "))
+    let mut probe = Probe::usable(details.join("; "));
+    for (subject, name, value) in facts {
+        probe = probe.fact(subject, name, value);
+    }
+    let engine_name = match cfg.engine {
+        EngineChoice::Uring => "io_uring",
+        EngineChoice::Threads | EngineChoice::Auto => "threads",
+    };
+    probe
+        .fact("POSIX", "engine", engine_name)
+        .fact("POSIX", "io_uring", uring_fact)
+        .with_findings(PosixFindings { config: cfg, dirs })
 }

@@ -593,6 +593,56 @@ fn probe_reports_unusable_dirs_with_a_hint() {
     assert!(matches!(err, Error::PluginUnusable { .. }), "{err}");
 }
 
+/// Selection probes once: the probe's facts reach `hicache plugins`, and the build takes the
+/// probe's per-dir O_DIRECT verdict instead of testing again. Findings that say O_DIRECT was
+/// refused make the build use buffered I/O on a dir where O_DIRECT works, which only
+/// happens when the build reads them.
+#[test]
+fn the_build_uses_what_the_probe_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("pages");
+    std::fs::create_dir(&root).unwrap();
+    let config = ConfigLoader::new()
+        .set("plugin", "posix")
+        .set("storage_dir", root.display().to_string())
+        .load()
+        .unwrap();
+    let registry =
+        hicache_core::PluginRegistry::from_descriptors([&hicache_posix::DESCRIPTOR]).unwrap();
+    let probed = registry.probe_all(&config);
+    let facts: Vec<(&str, &str)> = probed[0]
+        .facts
+        .iter()
+        .map(|f| (f.name.as_str(), f.value.as_str()))
+        .collect();
+    assert!(facts.contains(&("engine", "threads")), "{facts:?}");
+    assert!(
+        facts
+            .iter()
+            .any(|(n, v)| *n == "I/O" && v.starts_with("O_DIRECT ok")),
+        "{facts:?}"
+    );
+    let selection = registry.select_probed(&config, &probed).unwrap();
+    let found = selection
+        .findings
+        .get::<hicache_posix::PosixFindings>()
+        .unwrap();
+    assert_eq!(found.dirs[0].as_ref().unwrap().direct_io, Some(true));
+    let backend = registry.build(&config, &selection).unwrap();
+    assert!(backend.info().capability.direct_io);
+
+    let mut refused = found.clone();
+    let dir_probe = refused.dirs[0].as_mut().unwrap();
+    dir_probe.direct_io = Some(false);
+    dir_probe.direct_io_error = Some("planted: refused".into());
+    let planted = hicache_core::raw::Probe::usable("planted").with_findings(refused);
+    let params = hicache_core::raw::params_for(&hicache_posix::DESCRIPTOR, &config).unwrap();
+    let ctx =
+        hicache_core::raw::PluginContext::new(&config, &params).with_findings(planted.findings());
+    let backend = (hicache_posix::DESCRIPTOR.build)(&ctx).unwrap();
+    assert!(!backend.info().capability.direct_io);
+}
+
 #[tokio::test]
 async fn remove_and_usage() {
     for engine in ENGINES {

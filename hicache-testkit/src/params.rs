@@ -64,9 +64,9 @@ pub fn check_declared_params<P: DeclaredParams + std::fmt::Debug>(plugin: &Plugi
 
 #[cfg(test)]
 mod tests {
+    use hicache_core::Result;
     use hicache_core::raw::ParamSpec;
-    use hicache_core::raw::{BackendKind, DynBackend, PluginContext};
-    use hicache_core::{Result, Verdict};
+    use hicache_core::raw::{BackendKind, DynBackend, PluginContext, Probe};
 
     use super::*;
 
@@ -77,8 +77,8 @@ mod tests {
         }
     }
 
-    fn probe(_: &PluginContext<'_>) -> Verdict {
-        Verdict::unusable("test", "none")
+    fn probe(_: &PluginContext<'_>) -> Probe {
+        Probe::unusable("test", "none")
     }
     fn build(_: &PluginContext<'_>) -> Result<DynBackend> {
         Err(hicache_core::Error::backend("TEST", "test"))

@@ -1,5 +1,6 @@
 //! Cases through the connector (`HiCache`) over the plugin: layouts, modes, naming,
-//! existence semantics, isolation, integrity and concurrency (SGLang spec §8).
+//! existence semantics, isolation, integrity and concurrency: the behaviours SGLang's
+//! storage backends show its controller.
 
 use std::sync::Arc;
 
