@@ -20,6 +20,7 @@ use crate::key::{
 };
 use crate::memory::{Access, MemoryRegion, RegionId, Slice, align_up};
 use crate::pool::{HostPool, PoolGeometry};
+use crate::probe::Fact;
 use crate::registry::{PluginRegistry, Selection};
 use crate::staging::StagingPool;
 
@@ -329,6 +330,7 @@ pub struct HiCache {
     config: Config,
     options: HiCacheOptions,
     selection: Option<String>,
+    plugin_facts: Vec<Fact>,
     state: RwLock<Option<Arc<PoolState>>>,
     counters: Counters,
 }
@@ -376,6 +378,10 @@ impl HiCache {
             config,
             options,
             selection: selection.map(Selection::summary),
+            plugin_facts: selection
+                .and_then(|s| s.considered.iter().find(|c| c.name == s.plugin.name))
+                .map(|c| c.facts.clone())
+                .unwrap_or_default(),
             state: RwLock::new(None),
             counters: Counters::default(),
         })
@@ -394,6 +400,13 @@ impl HiCache {
     /// The effective configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// What the selected plugin's probe established (its engine, each dir's filesystem and
+    /// I/O mode, the endpoint…); empty for a backend given to
+    /// [`with_backend`](Self::with_backend).
+    pub fn plugin_facts(&self) -> &[Fact] {
+        &self.plugin_facts
     }
 
     /// The selection summary line, when the plugin was selected by `open`.

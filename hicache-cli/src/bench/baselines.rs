@@ -1,0 +1,205 @@
+//! The baselines hicache is compared with: the raw O_DIRECT loop and the bare
+//! `object_store` client.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use hicache::{Error, Result};
+
+use super::page_pattern;
+use super::report::{BenchReport, PhaseStats, stats};
+
+/// The raw baseline, the disk's limit for this page size and queue depth: one file per page,
+/// all opened (created empty) before the clock starts, then per round `qd` threads `pwrite`
+/// every page and `pread` it back (O_DIRECT unless `direct` is false). The first round
+/// allocates, later rounds overwrite in place — as NIXL's benchmark does. No naming, no
+/// publish, no checksums.
+pub fn raw_baseline(
+    dir: &Path,
+    page_bytes: u64,
+    pages: u64,
+    qd: usize,
+    direct: bool,
+    rounds: usize,
+) -> Result<BenchReport> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let pages = pages.max(1);
+    let buf_bytes = pages
+        .checked_mul(page_bytes)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| Error::InvalidPool {
+            reason: format!("{pages} pages of {page_bytes} bytes overflow the address space"),
+        })?;
+    // One thread per page at most: more would only idle.
+    let qd = qd.clamp(1, usize::try_from(pages).unwrap_or(usize::MAX));
+    let dir: PathBuf = dir.join(format!("raw-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io("RAW", "create dir", Some(dir.clone()), e))?;
+    let files: Vec<std::fs::File> = (0..pages)
+        .map(|i| {
+            let p = dir.join(format!("page{i:06}"));
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+                .open(&p)
+                .map_err(|e| Error::io("RAW", "open", Some(p), e))
+        })
+        .collect::<Result<_>>()?;
+    let mut src = hicache::raw::AlignedBuf::zeroed(buf_bytes, 4096)?;
+    let mut dst = hicache::raw::AlignedBuf::zeroed(buf_bytes, 4096)?;
+    for p in 0..pages {
+        src.copy_from((p * page_bytes) as usize, &page_pattern(page_bytes, p))?;
+    }
+    // Threads write disjoint pages of `dst` through this address; `dst` is not otherwise
+    // touched until they have joined.
+    let dst_addr = dst.as_mut_ptr() as usize;
+    let timed = |write: bool| -> PhaseStats {
+        let next = AtomicUsize::new(0);
+        let started = Instant::now();
+        let errors = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..qd)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut errors = 0u64;
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= pages as usize {
+                                return errors;
+                            }
+                            let off = i * page_bytes as usize;
+                            let fd = files[i].as_raw_fd();
+                            // SAFETY: each page range of src/dst is touched by one thread only,
+                            // and both buffers outlive the scope.
+                            let n = unsafe {
+                                if write {
+                                    libc::pwrite(
+                                        fd,
+                                        src.as_ptr().add(off).cast(),
+                                        page_bytes as usize,
+                                        0,
+                                    )
+                                } else {
+                                    libc::pread(
+                                        fd,
+                                        (dst_addr as *mut u8).add(off).cast(),
+                                        page_bytes as usize,
+                                        0,
+                                    )
+                                }
+                            };
+                            if n != page_bytes as isize {
+                                errors += 1;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(1))
+                .sum::<u64>()
+        });
+        stats(started.elapsed(), &[], errors, pages, page_bytes)
+    };
+    let mut write_rounds = Vec::new();
+    let mut read_rounds = Vec::new();
+    for _ in 0..rounds.max(1) {
+        write_rounds.push(timed(true));
+        read_rounds.push(timed(false));
+    }
+    drop(files);
+    let mut a = vec![0u8; page_bytes as usize];
+    let mut b = vec![0u8; page_bytes as usize];
+    let mut verified = true;
+    for p in 0..pages {
+        src.copy_to((p * page_bytes) as usize, &mut a)?;
+        dst.copy_to((p * page_bytes) as usize, &mut b)?;
+        verified &= a == b;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(BenchReport::baseline(
+        "RAW",
+        dir.display().to_string(),
+        direct,
+        (page_bytes, pages, qd),
+        write_rounds,
+        read_rounds,
+        verified,
+    ))
+}
+
+/// The OBJ baseline: the same `object_store` client the plugin uses, putting and getting each
+/// page as one object with `concurrency` requests in flight — no envelope, no naming, no
+/// registration. hicache OBJ is compared against it on the same server.
+#[cfg(feature = "obj")]
+pub async fn raw_object_store(
+    cfg: hicache::obj::ObjConfig,
+    page_bytes: u64,
+    pages: u64,
+    concurrency: usize,
+    rounds: usize,
+) -> Result<BenchReport> {
+    use futures::StreamExt;
+    use object_store::ObjectStoreExt;
+    let backend = hicache::obj::ObjBackend::new(cfg)?;
+    let store = backend.store().clone();
+    let prefix = format!("raw-baseline-{}", std::process::id());
+    let paths: Vec<object_store::path::Path> = (0..pages)
+        .map(|i| object_store::path::Path::from(format!("{prefix}/page{i}")))
+        .collect();
+    let data: Vec<bytes::Bytes> = (0..pages)
+        .map(|p| bytes::Bytes::from(page_pattern(page_bytes, p)))
+        .collect();
+    let err = |e: object_store::Error| Error::backend("RAW-OBJ", e.to_string());
+    let mut write_rounds = Vec::new();
+    let mut read_rounds = Vec::new();
+    let mut verified = true;
+    for _ in 0..rounds.max(1) {
+        let started = Instant::now();
+        let puts: Vec<_> = paths
+            .iter()
+            .zip(&data)
+            .map(|(p, d)| store.put(p, d.clone().into()))
+            .collect();
+        let results: Vec<_> = futures::stream::iter(puts)
+            .buffer_unordered(concurrency.max(1))
+            .collect()
+            .await;
+        let failed = results.iter().filter(|r| r.is_err()).count() as u64;
+        write_rounds.push(stats(started.elapsed(), &[], failed, pages, page_bytes));
+        let started = Instant::now();
+        let gets: Vec<_> = paths
+            .iter()
+            .map(|p| {
+                let store = store.clone();
+                async move { store.get(p).await?.bytes().await }
+            })
+            .collect();
+        let got: Vec<_> = futures::stream::iter(gets)
+            .buffered(concurrency.max(1))
+            .collect()
+            .await;
+        let failed = got.iter().filter(|r| r.is_err()).count() as u64;
+        read_rounds.push(stats(started.elapsed(), &[], failed, pages, page_bytes));
+        for (g, d) in got.iter().zip(&data) {
+            verified &= g.as_ref().is_ok_and(|b| b == d);
+        }
+    }
+    for p in &paths {
+        store.delete(p).await.map_err(err)?;
+    }
+    Ok(BenchReport::baseline(
+        "RAW-OBJ",
+        backend.config().location(),
+        false,
+        (page_bytes, pages, concurrency),
+        write_rounds,
+        read_rounds,
+        verified,
+    ))
+}

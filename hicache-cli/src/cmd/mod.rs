@@ -1,0 +1,54 @@
+//! The commands of the `hicache` binary: argument parsing, one module per command, and
+//! the JSON output they share. The work itself lives in the library (`hicache_cli`).
+
+pub(crate) mod args;
+pub(crate) mod bench;
+pub(crate) mod config;
+pub(crate) mod json;
+pub(crate) mod plugins;
+pub(crate) mod tools;
+
+use std::process::ExitCode;
+
+use args::{Cli, Command, ConfigCommand};
+use bench::bench;
+use config::{config_keys, config_show};
+use json::JsonOut;
+use plugins::plugins;
+use tools::{doctor, scrub};
+
+use crate::load_config;
+
+pub(crate) fn runtime() -> hicache::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| hicache::Error::io("cli", "start runtime", None, e))
+}
+
+pub(crate) fn run(cli: Cli) -> hicache::Result<ExitCode> {
+    let json = JsonOut::from(&cli.global.json);
+    if let Command::Config {
+        command: ConfigCommand::Keys { markdown },
+    } = cli.command
+    {
+        // The reference is what helps fix a config that does not load: it needs none.
+        json.check_writable()?;
+        return config_keys(markdown, &json);
+    }
+    let config = load_config(&cli.global)?;
+    json.check_writable()?;
+    match cli.command {
+        Command::Plugins => plugins(&config, &json),
+        Command::Config {
+            command: ConfigCommand::Show,
+        } => config_show(&config, &json),
+        Command::Config {
+            command: ConfigCommand::Keys { .. },
+        } => unreachable!("answered before the config is loaded"),
+        Command::Bench(args) => bench(config, &args, &json),
+        Command::Doctor(args) => doctor(&config, &args, &json),
+        Command::Scrub(args) => scrub(&config, &args, &json),
+    }
+}
