@@ -75,34 +75,10 @@ impl ParamSpec {
     }
 }
 
-/// A typed parameter value.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ParamValue {
-    /// Boolean.
-    Bool(bool),
-    /// Unsigned integer.
-    UInt(u64),
-    /// Float.
-    Float(f64),
-    /// Text (also the value of `OneOf`, lower-cased).
-    Str(String),
-}
-
-impl fmt::Display for ParamValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ParamValue::Bool(b) => write!(f, "{b}"),
-            ParamValue::UInt(i) => write!(f, "{i}"),
-            ParamValue::Float(x) => write!(f, "{x}"),
-            ParamValue::Str(s) => f.write_str(s),
-        }
-    }
-}
-
 /// The validated parameters of one plugin. `Debug` and `Display` redact secrets.
 #[derive(Clone, Default)]
 pub struct PluginParams {
-    pub(crate) values: Vec<(&'static ParamSpec, Setting<ParamValue>)>,
+    pub(crate) values: Vec<(&'static ParamSpec, Setting<RawValue>)>,
 }
 
 impl fmt::Debug for PluginParams {
@@ -166,7 +142,10 @@ impl PluginParams {
     }
 }
 
-pub(crate) fn typed(spec: &ParamSpec, raw: &RawValue, source: &Source) -> Result<ParamValue> {
+/// `raw` checked against `spec` and normalised to the spec's kind: a boolean or number
+/// written as a string becomes that boolean or number, a choice is lower-cased, an
+/// unsigned integer is a non-negative `Int`.
+pub(crate) fn typed(spec: &ParamSpec, raw: &RawValue, source: &Source) -> Result<RawValue> {
     let shown = if spec.secret {
         "***".to_string()
     } else {
@@ -180,33 +159,36 @@ pub(crate) fn typed(spec: &ParamSpec, raw: &RawValue, source: &Source) -> Result
         )
     };
     Ok(match (spec.kind, raw) {
-        (ParamKind::Bool, RawValue::Bool(b)) => ParamValue::Bool(*b),
+        (ParamKind::Bool, RawValue::Bool(b)) => RawValue::Bool(*b),
         (ParamKind::Bool, RawValue::Str(s)) => {
-            ParamValue::Bool(parse_bool(s).ok_or_else(|| bad("a boolean (true/false)"))?)
+            RawValue::Bool(parse_bool(s).ok_or_else(|| bad("a boolean (true/false)"))?)
         }
-        (ParamKind::Bool, RawValue::Int(i @ (0 | 1))) => ParamValue::Bool(*i == 1),
+        (ParamKind::Bool, RawValue::Int(i @ (0 | 1))) => RawValue::Bool(*i == 1),
         (ParamKind::Bool, _) => return Err(bad("a boolean (true/false)")),
-        (ParamKind::UInt, RawValue::Int(i)) if *i >= 0 => ParamValue::UInt(*i as u64),
-        (ParamKind::UInt, RawValue::Str(s)) => ParamValue::UInt(
-            s.trim()
+        (ParamKind::UInt, RawValue::Int(i)) if *i >= 0 => RawValue::Int(*i),
+        (ParamKind::UInt, RawValue::Str(s)) => {
+            let n: u64 = s
+                .trim()
                 .parse()
-                .map_err(|_| bad("a non-negative integer"))?,
-        ),
+                .map_err(|_| bad("a non-negative integer"))?;
+            // Config integers are i64 (TOML's); no parameter needs more.
+            RawValue::Int(i64::try_from(n).map_err(|_| bad("an integer up to 2^63 - 1"))?)
+        }
         (ParamKind::UInt, _) => return Err(bad("a non-negative integer")),
-        (ParamKind::Float, RawValue::Float(x)) => ParamValue::Float(*x),
-        (ParamKind::Float, RawValue::Int(i)) => ParamValue::Float(*i as f64),
+        (ParamKind::Float, RawValue::Float(x)) => RawValue::Float(*x),
+        (ParamKind::Float, RawValue::Int(i)) => RawValue::Float(*i as f64),
         (ParamKind::Float, RawValue::Str(s)) => {
-            ParamValue::Float(s.trim().parse().map_err(|_| bad("a number"))?)
+            RawValue::Float(s.trim().parse().map_err(|_| bad("a number"))?)
         }
         (ParamKind::Float, _) => return Err(bad("a number")),
-        (ParamKind::Str, RawValue::Str(s)) => ParamValue::Str(s.clone()),
+        (ParamKind::Str, RawValue::Str(s)) => RawValue::Str(s.clone()),
         (ParamKind::Str, _) => return Err(bad("a string")),
         (ParamKind::OneOf(allowed), RawValue::Str(s)) => {
             let lower = s.to_ascii_lowercase();
             if !allowed.contains(&lower.as_str()) {
                 return Err(bad(&format!("one of {}", allowed.join(", "))));
             }
-            ParamValue::Str(lower)
+            RawValue::Str(lower)
         }
         (ParamKind::OneOf(allowed), _) => {
             return Err(bad(&format!("one of {}", allowed.join(", "))));
@@ -217,41 +199,41 @@ pub(crate) fn typed(spec: &ParamSpec, raw: &RawValue, source: &Source) -> Result
 /// The Rust type a [`ParamKind`] is read as (`bool`, `u64`, `f64`, `String`).
 pub trait ParamType: Sized {
     /// The value as this type, `None` when the kinds differ.
-    fn from_value(value: &ParamValue) -> Option<Self>;
+    fn from_value(value: &RawValue) -> Option<Self>;
 }
 
 impl ParamType for bool {
-    fn from_value(value: &ParamValue) -> Option<Self> {
+    fn from_value(value: &RawValue) -> Option<Self> {
         match value {
-            ParamValue::Bool(b) => Some(*b),
+            RawValue::Bool(b) => Some(*b),
             _ => None,
         }
     }
 }
 
 impl ParamType for u64 {
-    fn from_value(value: &ParamValue) -> Option<Self> {
+    fn from_value(value: &RawValue) -> Option<Self> {
         match value {
-            ParamValue::UInt(i) => Some(*i),
+            RawValue::Int(i) => u64::try_from(*i).ok(),
             _ => None,
         }
     }
 }
 
 impl ParamType for f64 {
-    fn from_value(value: &ParamValue) -> Option<Self> {
+    fn from_value(value: &RawValue) -> Option<Self> {
         match value {
-            ParamValue::Float(x) => Some(*x),
-            ParamValue::UInt(i) => Some(*i as f64),
+            RawValue::Float(x) => Some(*x),
+            RawValue::Int(i) => Some(*i as f64),
             _ => None,
         }
     }
 }
 
 impl ParamType for String {
-    fn from_value(value: &ParamValue) -> Option<Self> {
+    fn from_value(value: &RawValue) -> Option<Self> {
         match value {
-            ParamValue::Str(s) => Some(s.clone()),
+            RawValue::Str(s) => Some(s.clone()),
             _ => None,
         }
     }
@@ -462,5 +444,36 @@ mod tests {
         assert!(e.contains("one of fast, safe"), "{e}");
         let e = load(r#"{"plugin":{"demo":{"active":true,"token":7}}}"#);
         assert!(e.contains("***") && !e.contains('7'), "{e}");
+        let e = load(r#"{"plugin":{"demo":{"active":true,"depth":-1}}}"#);
+        assert!(e.contains("non-negative"), "{e}");
+        let e = load(r#"{"plugin":{"demo":{"active":true,"depth":"18446744073709551615"}}}"#);
+        assert!(e.contains("2^63 - 1"), "{e}");
+    }
+
+    /// One value type: a parameter typed by its spec is a `RawValue` in the spec's kind,
+    /// whatever form the file wrote it in.
+    #[test]
+    fn typed_values_are_normalised_raw_values() {
+        let config = ConfigLoader::new()
+            .extra_config(
+                r#"{"plugin":{"demo":{"active":true,"flag":"yes","depth":"12","rate":2,"mode":"FAST"}}}"#,
+            )
+            .load()
+            .unwrap();
+        let params = params_for(&DEMO, &config).unwrap();
+        let value = |name: &str| {
+            params
+                .values
+                .iter()
+                .find(|(s, _)| s.name == name)
+                .map(|(_, v)| v.value.clone())
+        };
+        assert_eq!(value("flag"), Some(RawValue::Bool(true)));
+        assert_eq!(value("depth"), Some(RawValue::Int(12)));
+        assert_eq!(value("rate"), Some(RawValue::Float(2.0)));
+        assert_eq!(value("mode"), Some(RawValue::Str("fast".into())));
+        let demo = Demo::from_params(&params);
+        assert_eq!(demo.depth.unwrap().value, 12u64);
+        assert_eq!(demo.rate.unwrap().value, 2.0);
     }
 }

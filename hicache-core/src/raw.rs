@@ -17,9 +17,7 @@ pub use crate::memory::{
     Access, AlignedBuf, HostBytes, MemKind, MemoryOwner, MemoryRegion, RegionId, RegionTable,
     Slice, SourceSlice, TargetSlice, align_up, check_aligned,
 };
-pub use crate::params::{
-    DeclaredParams, ParamKind, ParamSpec, ParamType, ParamValue, PluginParams,
-};
+pub use crate::params::{DeclaredParams, ParamKind, ParamSpec, ParamType, PluginParams};
 pub use crate::probe::{Findings, Probe};
 pub use crate::registry::{PluginContext, PluginDescriptor, params_for, priority};
 

@@ -10,7 +10,9 @@ use serde_json::Value;
 use super::*;
 use crate::error::{Error, Result};
 
-/// A plugin parameter value as written by the user (typed later, by the plugin's spec).
+/// A config value: what the user wrote for a plugin parameter or an engine key, and, once
+/// a plugin's spec has checked it, the parameter's value in the spec's kind (an unsigned
+/// parameter is a non-negative `Int`). The one value type of config and plugin parameters.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum RawValue {
