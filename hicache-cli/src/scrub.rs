@@ -106,7 +106,14 @@ pub fn scrub(opts: &ScrubOptions) -> Result<ScrubReport> {
     let opts = &opts;
     let mut report = ScrubReport::default();
     for dir in &opts.dirs {
-        let io_err = |op, e: nix::Error| Error::io("scrub", op, Some(dir.clone()), e.into());
+        let io_err = |op, e: nix::Error| {
+            Error::io(
+                hicache::Component::Tool("scrub"),
+                op,
+                Some(dir.clone()),
+                e.into(),
+            )
+        };
         // The configured dir itself may be a link; nothing beneath it is followed.
         let root = nix::fcntl::open(
             dir.as_path(),

@@ -31,7 +31,7 @@ impl BlockingHiCache {
             .thread_name("hicache-rt")
             .enable_all()
             .build()
-            .map_err(|e| Error::io("connector", "start runtime", None, e))?;
+            .map_err(|e| Error::io(crate::error::Component::Connector, "start runtime", None, e))?;
         Ok(BlockingHiCache {
             inner: Arc::new(inner),
             runtime: Some(runtime),

@@ -1,5 +1,7 @@
 //! The one error type every hicache crate returns across its public boundary.
 
+use std::borrow::Cow;
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -69,22 +71,22 @@ pub enum Error {
 
     /// A transfer named a memory region that the backend does not hold.
     #[error(
-        "backend {backend}: region {region} is not registered; register the memory with the backend before transferring"
+        "{component}: region {region} is not registered; register the memory with the backend before transferring"
     )]
     UnregisteredRegion {
-        /// The backend.
-        backend: String,
+        /// The backend (or the part of hicache) it happened in.
+        component: Component,
         /// The region named by the transfer.
         region: RegionId,
     },
 
     /// A transfer named bytes outside the region it points into.
     #[error(
-        "backend {backend}: slice [offset {offset}, len {len}] is outside region {region} of {region_len} bytes"
+        "{component}: slice [offset {offset}, len {len}] is outside region {region} of {region_len} bytes"
     )]
     SliceOutOfRange {
-        /// The backend.
-        backend: String,
+        /// The backend (or the part of hicache) it happened in.
+        component: Component,
         /// The region.
         region: RegionId,
         /// Offset of the slice inside the region.
@@ -115,11 +117,11 @@ pub enum Error {
 
     /// A registration cannot be released while transfers still use its memory.
     #[error(
-        "backend {backend}: region {region} is still used by {in_flight} in-flight transfer(s); wait for them (HiCache::unregister_pool waits) before deregistering"
+        "{component}: region {region} is still used by {in_flight} in-flight transfer(s); wait for them (HiCache::unregister_pool waits) before deregistering"
     )]
     RegionBusy {
-        /// The backend.
-        backend: String,
+        /// The backend (or the part of hicache) it happened in.
+        component: Component,
         /// The region.
         region: RegionId,
         /// Transfers (pinned slices) still holding it.
@@ -129,11 +131,11 @@ pub enum Error {
     /// Direct I/O would reject the request: an address, offset or length is not aligned.
     /// Raised before any I/O is issued.
     #[error(
-        "backend {backend}: {what} is not aligned to {align} bytes (address {addr:#x}, len {len}) for direct I/O; use aligned host memory (page-aligned pool, stride multiple of {align}) or turn direct I/O off"
+        "{component}: {what} is not aligned to {align} bytes (address {addr:#x}, len {len}) for direct I/O; use aligned host memory (page-aligned pool, stride multiple of {align}) or turn direct I/O off"
     )]
     Misaligned {
-        /// The backend.
-        backend: String,
+        /// The backend (or the part of hicache) it happened in.
+        component: Component,
         /// What is misaligned (a slice of region N, a segment of key K, …).
         what: String,
         /// Required alignment.
@@ -213,10 +215,10 @@ pub enum Error {
     },
 
     /// An operating-system I/O error, with the path it concerns.
-    #[error("backend {backend}: {op} {}: {source}", .path.as_ref().map(|p| p.display().to_string()).unwrap_or_default())]
+    #[error("{component}: {op} {}: {source}", .path.as_ref().map(|p| p.display().to_string()).unwrap_or_default())]
     Io {
-        /// The backend.
-        backend: String,
+        /// The backend (or the part of hicache) it happened in.
+        component: Component,
         /// The operation (open, pwrite, rename, …).
         op: &'static str,
         /// The path, if one is involved.
@@ -230,12 +232,12 @@ pub enum Error {
     /// holds its own dirs and files. It was not followed: a link under a root could send pages
     /// outside it, or writes through it onto another file.
     #[error(
-        "backend {backend}: {op} {}: a symbolic link sits under the storage root, where only hicache's own dirs and files belong; it was not followed. Remove it (`hicache doctor` lists them)",
+        "{component}: {op} {}: a symbolic link sits under the storage root, where only hicache's own dirs and files belong; it was not followed. Remove it (`hicache doctor` lists them)",
         .path.display()
     )]
     UnsafePath {
-        /// The backend.
-        backend: String,
+        /// The backend (or the part of hicache) it happened in.
+        component: Component,
         /// The operation that met it.
         op: &'static str,
         /// The link.
@@ -243,19 +245,19 @@ pub enum Error {
     },
 
     /// The backend cannot do what was asked (memory kind, operation, size).
-    #[error("backend {backend} does not support {operation}")]
+    #[error("{component} does not support {operation}")]
     Unsupported {
-        /// The backend.
-        backend: String,
+        /// The backend (or the part of hicache) it happened in.
+        component: Component,
         /// What it cannot do.
         operation: String,
     },
 
     /// A batch item did not finish in time.
-    #[error("backend {backend}: {op} timed out after {millis} ms")]
+    #[error("{component}: {op} timed out after {millis} ms")]
     Timeout {
-        /// The backend.
-        backend: String,
+        /// The backend (or the part of hicache) it happened in.
+        component: Component,
         /// The operation.
         op: &'static str,
         /// The limit that ran out.
@@ -264,10 +266,10 @@ pub enum Error {
 
     /// The storage service or device did not answer in time or dropped the connection
     /// (after the plugin's own retries): trying again later may succeed.
-    #[error("backend {backend}: {message}")]
+    #[error("{component}: {message}")]
     Unavailable {
-        /// The backend.
-        backend: String,
+        /// The backend (or the part of hicache) it happened in.
+        component: Component,
         /// What happened.
         message: String,
         /// The underlying error, if any.
@@ -276,10 +278,10 @@ pub enum Error {
     },
 
     /// Any other backend failure.
-    #[error("backend {backend}: {message}")]
+    #[error("{component}: {message}")]
     Backend {
-        /// The backend.
-        backend: String,
+        /// The backend (or the part of hicache) it happened in.
+        component: Component,
         /// What happened.
         message: String,
         /// The underlying error, if any.
@@ -303,10 +305,11 @@ impl Error {
         }
     }
 
-    /// A generic backend error carrying a message.
-    pub fn backend(backend: impl Into<String>, message: impl Into<String>) -> Self {
+    /// A generic backend error carrying a message. `component` is a plugin name (`"POSIX"`)
+    /// or a [`Component`].
+    pub fn backend(component: impl Into<Component>, message: impl Into<String>) -> Self {
         Error::Backend {
-            backend: backend.into(),
+            component: component.into(),
             message: message.into(),
             source: None,
         }
@@ -330,13 +333,13 @@ impl Error {
 
     /// An I/O error with its operation and path.
     pub fn io(
-        backend: impl Into<String>,
+        component: impl Into<Component>,
         op: &'static str,
         path: Option<PathBuf>,
         source: std::io::Error,
     ) -> Self {
         Error::Io {
-            backend: backend.into(),
+            component: component.into(),
             op,
             path,
             source: Arc::new(source),
@@ -345,14 +348,31 @@ impl Error {
 
     /// A backend error with the error that caused it.
     pub fn backend_with_source(
-        backend: impl Into<String>,
+        component: impl Into<Component>,
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
         Error::Backend {
-            backend: backend.into(),
+            component: component.into(),
             message: message.into(),
             source: Some(Arc::new(source)),
+        }
+    }
+
+    /// The backend or part of hicache the error happened in, for the errors that name one.
+    pub fn component(&self) -> Option<&Component> {
+        match self {
+            Error::UnregisteredRegion { component, .. }
+            | Error::SliceOutOfRange { component, .. }
+            | Error::RegionBusy { component, .. }
+            | Error::Misaligned { component, .. }
+            | Error::Io { component, .. }
+            | Error::UnsafePath { component, .. }
+            | Error::Unsupported { component, .. }
+            | Error::Timeout { component, .. }
+            | Error::Unavailable { component, .. }
+            | Error::Backend { component, .. } => Some(component),
+            _ => None,
         }
     }
 
@@ -370,6 +390,52 @@ impl Error {
             ),
             _ => false,
         }
+    }
+}
+
+/// The part of the system an error happened in. A plugin name converts into
+/// [`Component::Backend`], so plugins write `Error::io(NAME, …)`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Component {
+    /// A storage plugin's backend, by plugin name (`POSIX`, `OBJ`, a vendor's).
+    Backend(Cow<'static, str>),
+    /// The connector ([`HiCache`](crate::HiCache)) and what it owns: staging, its runtime.
+    Connector,
+    /// A tool built on the library (the `hicache` command's bench or scrub), by name.
+    Tool(&'static str),
+}
+
+impl Component {
+    /// The bare name: the plugin's, `connector`, or the tool's.
+    pub fn name(&self) -> &str {
+        match self {
+            Component::Backend(name) => name,
+            Component::Connector => "connector",
+            Component::Tool(name) => name,
+        }
+    }
+}
+
+impl fmt::Display for Component {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Component::Backend(name) => write!(f, "backend {name}"),
+            Component::Connector => f.write_str("connector"),
+            Component::Tool(name) => f.write_str(name),
+        }
+    }
+}
+
+impl From<&'static str> for Component {
+    fn from(plugin: &'static str) -> Self {
+        Component::Backend(Cow::Borrowed(plugin))
+    }
+}
+
+impl From<String> for Component {
+    fn from(plugin: String) -> Self {
+        Component::Backend(Cow::Owned(plugin))
     }
 }
 
@@ -462,7 +528,7 @@ mod tests {
         assert_eq!(copy.to_string(), e.to_string());
         assert!(copy.source().is_some());
         let gone = Error::Unavailable {
-            backend: "OBJ".into(),
+            component: "OBJ".into(),
             message: "connection reset".into(),
             source: None,
         };
@@ -487,7 +553,7 @@ mod tests {
     #[test]
     fn messages_carry_context() {
         let e = Error::SliceOutOfRange {
-            backend: "POSIX".into(),
+            component: "POSIX".into(),
             region: RegionId(3),
             offset: 4096,
             len: 8192,
@@ -500,5 +566,27 @@ mod tests {
         );
         let e = Error::NoUsablePlugin { tried: vec![] };
         assert!(e.to_string().contains("enable a plugin feature"));
+    }
+
+    #[test]
+    fn the_component_is_typed_and_named_in_the_message() {
+        let io = Error::io("POSIX", "open", None, std::io::Error::other("device gone"));
+        assert_eq!(io.component(), Some(&Component::Backend("POSIX".into())));
+        assert!(io.to_string().starts_with("backend POSIX: open"), "{io}");
+        let staging = Error::backend(Component::Connector, "staging pool closed");
+        assert_eq!(staging.component().map(Component::name), Some("connector"));
+        assert_eq!(staging.to_string(), "connector: staging pool closed");
+        let tool = Error::backend(Component::Tool("bench"), "no pages");
+        assert_eq!(tool.to_string(), "bench: no pages");
+        // Cloned per batch item, an error keeps its component and its retryability.
+        let timeout = Error::Timeout {
+            component: "OBJ".into(),
+            op: "get",
+            millis: 5,
+        };
+        let copy = timeout.clone();
+        assert_eq!(copy.component(), timeout.component());
+        assert!(copy.is_retryable());
+        assert_eq!(Error::PoolNotRegistered.component(), None);
     }
 }

@@ -37,7 +37,7 @@ pub use connector::{
 };
 pub use display::ByteSize;
 pub use envelope::PageFormat;
-pub use error::{Error, Result};
+pub use error::{Component, Error, Result};
 pub use key::{NamingScheme, PageKey, StorageIdentity};
 pub use memory::{MemKind, MemoryOwner, MemoryRegion};
 pub use memory_backend::MemoryBackend;

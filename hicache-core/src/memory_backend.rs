@@ -169,7 +169,7 @@ impl StorageBackend for MemoryBackend {
     fn register(&self, region: MemoryRegion) -> Result<RegionId> {
         if region.kind() != MemKind::Host {
             return Err(Error::Unsupported {
-                backend: NAME.into(),
+                component: NAME.into(),
                 operation: format!("registering {} memory", region.kind()),
             });
         }

@@ -104,12 +104,9 @@ impl StagingPool {
 
     /// Waits for an idle chunk (allocating and registering one if under the bound).
     pub(crate) async fn lease(&self) -> Result<Lease<'_>> {
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| Error::backend("connector", "staging pool closed"))?;
+        let permit = self.permits.clone().acquire_owned().await.map_err(|_| {
+            Error::backend(crate::error::Component::Connector, "staging pool closed")
+        })?;
         loop {
             match self.take_idle_or_allocate()? {
                 Ok(chunk) => {

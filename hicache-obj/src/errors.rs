@@ -44,12 +44,12 @@ impl Failure {
         let message = format!("{message}{}", self.hint());
         match self {
             Failure::Unreachable | Failure::Transient => Error::Unavailable {
-                backend: NAME.into(),
+                component: NAME.into(),
                 message,
                 source: Some(source),
             },
             _ => Error::Backend {
-                backend: NAME.into(),
+                component: NAME.into(),
                 message,
                 source: Some(source),
             },
@@ -94,32 +94,6 @@ pub(crate) fn store_error(op: &str, what: &dyn std::fmt::Display, e: object_stor
 /// object_store's message plus a hint for the failures users can fix.
 pub(crate) fn describe(e: &object_store::Error) -> String {
     format!("{e}{}", classify(e).hint())
-}
-
-/// Classifies an AWS SDK failure by HTTP status, or its absence (no answer).
-#[cfg(feature = "aws-sdk")]
-pub(crate) fn classify_sdk(e: &crate::sdk::SdkFailure) -> Failure {
-    match e.status {
-        Some(401 | 403) => Failure::Denied,
-        Some(404) => Failure::NotFound,
-        Some(500..=599) => Failure::Transient,
-        Some(_) => Failure::Other,
-        None if e.timed_out => Failure::Transient,
-        None => Failure::Unreachable,
-    }
-}
-
-/// An AWS SDK failure of `op` on `what` as a hicache error.
-#[cfg(feature = "aws-sdk")]
-pub(crate) fn sdk_error(
-    op: &str,
-    what: &dyn std::fmt::Display,
-    e: crate::sdk::SdkFailure,
-) -> Error {
-    classify_sdk(&e).into_error(
-        format!("{op} {what} (aws-sdk): {e}"),
-        std::sync::Arc::new(e),
-    )
 }
 
 #[cfg(test)]

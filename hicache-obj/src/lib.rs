@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod client;
 mod config;
 mod errors;
 mod probe;

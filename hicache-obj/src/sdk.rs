@@ -13,7 +13,13 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use bytes::Bytes;
 
+use hicache_core::raw::{HostBytes, ObjectKey, TargetSlice};
+use hicache_core::{MissReason, ReadOutcome};
+use object_store::path::Path;
+
+use crate::client::{ObjectClient, Scatter};
 use crate::config::{ObjConfig, Target};
+use crate::errors::Failure;
 
 /// An S3 client from the AWS SDK.
 #[derive(Debug, Clone)]
@@ -43,6 +49,30 @@ impl std::fmt::Display for SdkFailure {
 }
 
 impl std::error::Error for SdkFailure {}
+
+/// Classifies an AWS SDK failure by HTTP status, or its absence (no answer).
+fn classify_sdk(e: &SdkFailure) -> Failure {
+    match e.status {
+        Some(401 | 403) => Failure::Denied,
+        Some(404) => Failure::NotFound,
+        Some(500..=599) => Failure::Transient,
+        Some(_) => Failure::Other,
+        None if e.timed_out => Failure::Transient,
+        None => Failure::Unreachable,
+    }
+}
+
+/// An AWS SDK failure of `op` on `what` as a hicache error.
+pub(crate) fn sdk_error(
+    op: &str,
+    what: &dyn std::fmt::Display,
+    e: SdkFailure,
+) -> hicache_core::Error {
+    classify_sdk(&e).into_error(
+        format!("{op} {what} (aws-sdk): {e}"),
+        std::sync::Arc::new(e),
+    )
+}
 
 fn failure<E: std::error::Error + 'static>(e: SdkError<E, HttpResponse>) -> SdkFailure {
     let status = e.raw_response().map(|r| r.status().as_u16());
@@ -277,5 +307,119 @@ impl SdkClient {
                 }
             }
         }
+    }
+}
+
+/// The AWS SDK's client as the backend's [`ObjectClient`]: a put copies the object's
+/// segments into one body (the SDK takes owned bytes).
+#[derive(Debug)]
+pub(crate) struct SdkObjects {
+    sdk: SdkClient,
+    cfg: ObjConfig,
+}
+
+impl SdkObjects {
+    pub(crate) fn new(cfg: &ObjConfig) -> hicache_core::Result<Self> {
+        Ok(SdkObjects {
+            sdk: SdkClient::new(cfg)
+                .map_err(|r| hicache_core::Error::invalid_config("client", crate::NAME, r))?,
+            cfg: cfg.clone(),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectClient for SdkObjects {
+    async fn put(
+        &self,
+        path: &Path,
+        key: &ObjectKey,
+        parts: Vec<HostBytes>,
+    ) -> hicache_core::Result<()> {
+        let total: usize = parts.iter().map(|p| p.as_ref().len()).sum();
+        let mut body = Vec::with_capacity(total);
+        for p in &parts {
+            body.extend_from_slice(p.as_ref());
+        }
+        let body = Bytes::from(body);
+        let name: &str = path.as_ref();
+        if total as u64 > self.cfg.multipart_threshold {
+            return self
+                .sdk
+                .put_multipart(name, body, self.cfg.part_size as usize)
+                .await
+                .map_err(|e| sdk_error("multipart put", key, e));
+        }
+        let create = self.cfg.conditional_create;
+        let created = match self.sdk.put(name, body.clone(), create).await {
+            Ok(created) => created,
+            // As with object_store: a conditional create answered early (412 before the body
+            // was read) can surface as a transport error; one plain overwrite settles it.
+            Err(first) if create => {
+                tracing::debug!(%key, error = %first, "conditional create failed; overwriting once");
+                false
+            }
+            Err(e) => return Err(sdk_error("put", key, e)),
+        };
+        if !created {
+            // The key exists: replace it.
+            self.sdk
+                .put(name, body, false)
+                .await
+                .map_err(|e| sdk_error("put", key, e))?;
+        }
+        Ok(())
+    }
+
+    async fn get(
+        &self,
+        path: &Path,
+        key: &ObjectKey,
+        parts: &mut [TargetSlice],
+        expected: u64,
+    ) -> hicache_core::Result<ReadOutcome> {
+        let Some((size, mut body)) = self
+            .sdk
+            .get(path.as_ref())
+            .await
+            .map_err(|e| sdk_error("get", key, e))?
+        else {
+            return Ok(ReadOutcome::Miss(MissReason::NotFound));
+        };
+        if size != expected {
+            return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
+                expected,
+                found: size,
+            }));
+        }
+        let mut scatter = Scatter::new(parts);
+        while let Some(chunk) = body.try_next().await.map_err(|e| {
+            hicache_core::Error::backend(crate::NAME, format!("get body {key}: {e}"))
+        })? {
+            if !scatter.push(&chunk)? {
+                break;
+            }
+        }
+        if scatter.received != expected {
+            return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
+                expected,
+                found: scatter.received,
+            }));
+        }
+        Ok(ReadOutcome::Hit)
+    }
+
+    async fn head(&self, path: &Path, key: &ObjectKey) -> hicache_core::Result<bool> {
+        self.sdk
+            .exists(path.as_ref())
+            .await
+            .map_err(|e| sdk_error("head", key, e))
+    }
+
+    async fn delete(&self, path: &Path, key: &ObjectKey) -> hicache_core::Result<()> {
+        self.sdk
+            .delete(path.as_ref())
+            .await
+            .map_err(|e| sdk_error("delete", key, e))
     }
 }

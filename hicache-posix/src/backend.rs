@@ -269,7 +269,7 @@ impl PosixBackend {
             let (addr, len) = (v.iov_base as u64, v.iov_len as u64);
             if align > 1 && (addr % align != 0 || len % align != 0) {
                 return Err(Error::Misaligned {
-                    backend: NAME.into(),
+                    component: NAME.into(),
                     what: format!(
                         "segment {i} of object {key} (region {}, offset {})",
                         s.region, s.offset
@@ -438,7 +438,7 @@ impl StorageBackend for PosixBackend {
     fn register(&self, region: MemoryRegion) -> Result<RegionId> {
         if region.kind() != MemKind::Host {
             return Err(Error::Unsupported {
-                backend: NAME.into(),
+                component: NAME.into(),
                 operation: format!(
                     "registering {} memory (POSIX moves host memory; use the GDS plugin for GPU memory)",
                     region.kind()

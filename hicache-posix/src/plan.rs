@@ -197,7 +197,7 @@ pub(crate) fn cancelled() -> Error {
 pub(crate) fn to_error(f: IoFailure) -> Error {
     if crate::beneath::is_link_error(&f.error) {
         return Error::UnsafePath {
-            backend: NAME.into(),
+            component: NAME.into(),
             op: f.op,
             path: f.path,
         };

@@ -76,7 +76,12 @@ impl TrialEnv {
         let dir = match root {
             Some(r) => {
                 std::fs::create_dir_all(r).map_err(|e| {
-                    hicache_core::Error::io(plugin, "create test root", Some(r.to_path_buf()), e)
+                    hicache_core::Error::io(
+                        plugin.to_string(),
+                        "create test root",
+                        Some(r.to_path_buf()),
+                        e,
+                    )
                 })?;
                 tempfile::Builder::new()
                     .prefix("hicache-conformance-")
@@ -87,7 +92,12 @@ impl TrialEnv {
                 .tempdir(),
         }
         .map_err(|e| {
-            hicache_core::Error::io(plugin, "create test dir", root.map(Path::to_path_buf), e)
+            hicache_core::Error::io(
+                plugin.to_string(),
+                "create test dir",
+                root.map(Path::to_path_buf),
+                e,
+            )
         })?;
         let namespace = format!(
             "t{}-{}-{}",

@@ -14,7 +14,8 @@ const THREADS: u64 = 3;
 const PAGES_PER_THREAD: u64 = 16;
 
 fn main() -> hicache::Result<()> {
-    let dir = tempfile::tempdir().map_err(|e| hicache::Error::io("example", "tempdir", None, e))?;
+    let dir = tempfile::tempdir()
+        .map_err(|e| hicache::Error::io(hicache::Component::Tool("example"), "tempdir", None, e))?;
     let config = hicache::config()
         .set("storage_dir", dir.path().display().to_string())
         .load()?;

@@ -15,7 +15,8 @@ const PAGES: u64 = 64;
 
 #[tokio::main]
 async fn main() -> hicache::Result<()> {
-    let dir = tempfile::tempdir().map_err(|e| hicache::Error::io("example", "tempdir", None, e))?;
+    let dir = tempfile::tempdir()
+        .map_err(|e| hicache::Error::io(hicache::Component::Tool("example"), "tempdir", None, e))?;
     let file = dir.path().join("hicache.toml");
     let storage = dir.path().join("pages");
     std::fs::write(
@@ -25,7 +26,14 @@ async fn main() -> hicache::Result<()> {
             storage.display().to_string()
         ),
     )
-    .map_err(|e| hicache::Error::io("example", "write config", Some(file.clone()), e))?;
+    .map_err(|e| {
+        hicache::Error::io(
+            hicache::Component::Tool("example"),
+            "write config",
+            Some(file.clone()),
+            e,
+        )
+    })?;
     let config = hicache::config()
         .file(&file)
         .env(EnvSnapshot::from_pairs(std::env::vars()))

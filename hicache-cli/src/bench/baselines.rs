@@ -36,8 +36,14 @@ pub fn raw_baseline(
     let qd = qd.clamp(1, usize::try_from(pages).unwrap_or(usize::MAX));
     let dir: PathBuf = dir.join(format!("raw-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Error::io("RAW", "create dir", Some(dir.clone()), e))?;
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        Error::io(
+            hicache::Component::Tool("raw baseline"),
+            "create dir",
+            Some(dir.clone()),
+            e,
+        )
+    })?;
     let files: Vec<std::fs::File> = (0..pages)
         .map(|i| {
             let p = dir.join(format!("page{i:06}"));
@@ -47,7 +53,9 @@ pub fn raw_baseline(
                 .create_new(true)
                 .custom_flags(if direct { libc::O_DIRECT } else { 0 })
                 .open(&p)
-                .map_err(|e| Error::io("RAW", "open", Some(p), e))
+                .map_err(|e| {
+                    Error::io(hicache::Component::Tool("raw baseline"), "open", Some(p), e)
+                })
         })
         .collect::<Result<_>>()?;
     let mut src = hicache::raw::AlignedBuf::zeroed(buf_bytes, 4096)?;
@@ -155,7 +163,12 @@ pub async fn raw_object_store(
     let data: Vec<bytes::Bytes> = (0..pages)
         .map(|p| bytes::Bytes::from(page_pattern(page_bytes, p)))
         .collect();
-    let err = |e: object_store::Error| Error::backend("RAW-OBJ", e.to_string());
+    let err = |e: object_store::Error| {
+        Error::backend(
+            hicache::Component::Tool("raw object_store baseline"),
+            e.to_string(),
+        )
+    };
     let mut write_rounds = Vec::new();
     let mut read_rounds = Vec::new();
     let mut verified = true;

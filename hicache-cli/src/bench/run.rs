@@ -95,7 +95,7 @@ where
         let t = pending.remove(0);
         let (l, f) = t
             .await
-            .map_err(|e| Error::backend("bench", e.to_string()))??;
+            .map_err(|e| Error::backend(hicache::Component::Tool("bench"), e.to_string()))??;
         lat.extend(l);
         failed += f;
     }

@@ -43,8 +43,14 @@ pub(crate) fn bench(
                 .first()
                 .cloned()
                 .unwrap_or_else(|| PathBuf::from("."));
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| hicache::Error::io("bench", "create dir", Some(dir.clone()), e))?;
+            std::fs::create_dir_all(&dir).map_err(|e| {
+                hicache::Error::io(
+                    hicache::Component::Tool("bench"),
+                    "create dir",
+                    Some(dir.clone()),
+                    e,
+                )
+            })?;
             hicache_cli::bench::raw_baseline(
                 &dir,
                 one.page_bytes(),
@@ -57,9 +63,9 @@ pub(crate) fn bench(
         #[cfg(feature = "obj")]
         Some(Baseline::RawObj) => {
             let registry = hicache::registry()?;
-            let plugin = registry
-                .get("OBJ")
-                .ok_or_else(|| hicache::Error::backend("bench", "OBJ is not registered"))?;
+            let plugin = registry.get("OBJ").ok_or_else(|| {
+                hicache::Error::backend(hicache::Component::Tool("bench"), "OBJ is not registered")
+            })?;
             let params = hicache::raw::params_for(plugin, &config)?;
             let ctx = hicache::raw::PluginContext::new(&config, &params);
             let cfg = hicache::obj::ObjConfig::from_context(&ctx)?;

@@ -32,7 +32,12 @@ impl JsonOut {
                 .truncate(false)
                 .open(p)
                 .map_err(|e| {
-                    hicache::Error::io("cli", "open the --json file", Some(p.clone()), e)
+                    hicache::Error::io(
+                        hicache::Component::Tool("hicache"),
+                        "open the --json file",
+                        Some(p.clone()),
+                        e,
+                    )
                 })?;
         }
         Ok(())
@@ -48,8 +53,14 @@ impl JsonOut {
                 Ok(true)
             }
             JsonOut::File(p) => {
-                std::fs::write(p, text + "\n")
-                    .map_err(|e| hicache::Error::io("cli", "write JSON", Some(p.clone()), e))?;
+                std::fs::write(p, text + "\n").map_err(|e| {
+                    hicache::Error::io(
+                        hicache::Component::Tool("hicache"),
+                        "write JSON",
+                        Some(p.clone()),
+                        e,
+                    )
+                })?;
                 Ok(false)
             }
         }

@@ -24,7 +24,14 @@ pub(crate) fn runtime() -> hicache::Result<tokio::runtime::Runtime> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| hicache::Error::io("cli", "start runtime", None, e))
+        .map_err(|e| {
+            hicache::Error::io(
+                hicache::Component::Tool("hicache"),
+                "start runtime",
+                None,
+                e,
+            )
+        })
 }
 
 pub(crate) fn run(cli: Cli) -> hicache::Result<ExitCode> {

@@ -3,11 +3,14 @@
 //! A transfer never carries a raw pointer. It names a [`Slice`] of a region that was handed to
 //! the backend with [`StorageBackend::register`](crate::raw::StorageBackend::register), so memory
 //! the backend does not know is a typed error before any I/O, not a late runtime failure.
+//!
+//! Regions, their pins and the region table stay in this one file (about 680 lines), on
+//! purpose: every `unsafe` that hands a pointer to I/O relies on the pin rules written here,
+//! and a reader checks those rules in one place. Alignment and the aligned buffer live in
+//! `aligned`.
 
-use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
@@ -16,6 +19,10 @@ use tokio::sync::Notify;
 use crate::error::{Error, Result};
 
 pub use crate::region_id::RegionId;
+
+mod aligned;
+
+pub use aligned::{AlignedBuf, align_up, check_aligned};
 
 /// Where a region's bytes live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -405,7 +412,7 @@ macro_rules! pinned_accessors {
             match self.kind() {
                 MemKind::Host => Ok(()),
                 kind => Err(Error::Unsupported {
-                    backend: "memory".into(),
+                    component: "memory".into(),
                     operation: format!("CPU access to {kind} memory"),
                 }),
             }
@@ -543,7 +550,7 @@ impl RegionTable {
         let mut regions = self.regions.write().unwrap_or_else(|e| e.into_inner());
         let Entry::Occupied(entry) = regions.entry(id) else {
             return Err(Error::UnregisteredRegion {
-                backend: self.backend.clone(),
+                component: self.backend.clone().into(),
                 region: id,
             });
         };
@@ -553,7 +560,7 @@ impl RegionTable {
         let in_flight = entry.get().in_flight();
         if in_flight > 0 {
             return Err(Error::RegionBusy {
-                backend: self.backend.clone(),
+                component: self.backend.clone().into(),
                 region: id,
                 in_flight,
             });
@@ -653,13 +660,13 @@ impl RegionTable {
         let region = regions
             .get(&slice.region)
             .ok_or_else(|| Error::UnregisteredRegion {
-                backend: self.backend.clone(),
+                component: self.backend.clone().into(),
                 region: slice.region,
             })?;
         let end = slice.offset.checked_add(slice.len);
         if end.is_none_or(|end| end > region.len()) {
             return Err(Error::SliceOutOfRange {
-                backend: self.backend.clone(),
+                component: self.backend.clone().into(),
                 region: slice.region,
                 offset: slice.offset,
                 len: slice.len,
@@ -672,320 +679,5 @@ impl RegionTable {
     }
 }
 
-/// Fails with [`Error::Misaligned`] unless `addr` and `len` are multiples of `align`.
-pub fn check_aligned(backend: &str, what: &str, addr: u64, len: u64, align: u64) -> Result<()> {
-    if align > 1 && (!addr.is_multiple_of(align) || !len.is_multiple_of(align)) {
-        return Err(Error::Misaligned {
-            backend: backend.to_string(),
-            what: what.to_string(),
-            align,
-            addr,
-            len,
-        });
-    }
-    Ok(())
-}
-
-/// Rounds `n` up to a multiple of `align` (a power of two or any positive number).
-///
-/// For lengths and offsets of memory and files: the result must fit in a `u64` (it overflows
-/// otherwise). Values read from disk go through checked arithmetic instead.
-pub const fn align_up(n: u64, align: u64) -> u64 {
-    if align <= 1 {
-        n
-    } else {
-        n.div_ceil(align) * align
-    }
-}
-
-/// An owned, zeroed, aligned heap buffer: the one type for direct-I/O staging memory.
-///
-/// It behaves like a `Box<[u8]>` with an alignment: `&self` reads, `&mut self` writes. To
-/// hand it to a backend, move it into a region with [`MemoryRegion::from_aligned`]; from
-/// then on its bytes are reached only through the region's pins.
-pub struct AlignedBuf {
-    ptr: NonNull<u8>,
-    layout: Layout,
-}
-
-// SAFETY: AlignedBuf owns its allocation exclusively, like Box<[u8]>.
-unsafe impl Send for AlignedBuf {}
-// SAFETY: shared references only read the bytes; writes need `&mut self`.
-unsafe impl Sync for AlignedBuf {}
-
-impl fmt::Debug for AlignedBuf {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AlignedBuf")
-            .field("addr", &self.ptr)
-            .field("len", &self.layout.size())
-            .field("align", &self.layout.align())
-            .finish()
-    }
-}
-
-impl AlignedBuf {
-    /// A zeroed buffer of `len` bytes aligned to `align` (a power of two).
-    pub fn zeroed(len: usize, align: usize) -> Result<Self> {
-        let layout =
-            Layout::from_size_align(len.max(1), align.max(1)).map_err(|e| Error::InvalidPool {
-                reason: format!("cannot allocate {len} bytes aligned to {align}: {e}"),
-            })?;
-        // SAFETY: layout has non-zero size (len.max(1)).
-        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or_else(|| Error::InvalidPool {
-            reason: format!("out of memory allocating {len} bytes aligned to {align}"),
-        })?;
-        Ok(AlignedBuf { ptr, layout })
-    }
-
-    /// Start address.
-    pub fn as_ptr(&self) -> *const u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// Start address, for writing.
-    pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.layout.size()
-    }
-
-    /// Whether the buffer is empty.
-    pub fn is_empty(&self) -> bool {
-        self.layout.size() == 0
-    }
-
-    /// Alignment of the start address.
-    pub fn align(&self) -> usize {
-        self.layout.align()
-    }
-
-    /// The bytes.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: the allocation holds len() initialised (zeroed) bytes owned by self.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len()) }
-    }
-
-    /// The bytes, mutably.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and `&mut self` makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len()) }
-    }
-
-    /// Copies `src` into the buffer at `offset`; an out-of-range copy is an error.
-    pub fn copy_from(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        let range = self.range(offset, src.len())?;
-        self.as_mut_slice()[range].copy_from_slice(src);
-        Ok(())
-    }
-
-    /// Copies bytes at `offset` out into `dst`; an out-of-range copy is an error.
-    pub fn copy_to(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let range = self.range(offset, dst.len())?;
-        dst.copy_from_slice(&self.as_slice()[range]);
-        Ok(())
-    }
-
-    fn range(&self, offset: usize, len: usize) -> Result<std::ops::Range<usize>> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len() => Ok(offset..end),
-            _ => Err(Error::InvalidBatch {
-                reason: format!(
-                    "copy of {len} bytes at offset {offset} exceeds aligned buffer of {} bytes",
-                    self.len()
-                ),
-            }),
-        }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: ptr was allocated with exactly this layout in `zeroed`.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn table_with(len: usize) -> (RegionTable, RegionId, usize) {
-        let table = RegionTable::new("TEST");
-        let region = MemoryRegion::from_aligned(AlignedBuf::zeroed(len, 4096).unwrap());
-        let addr = region.addr();
-        let id = table.insert(region);
-        (table, id, addr)
-    }
-
-    #[test]
-    fn pins_check_registration_and_bounds() {
-        let (table, id, addr) = table_with(8192);
-        let ok = table.source(&Slice::new(id, 4096, 4096)).unwrap();
-        assert_eq!(ok.addr(), addr + 4096);
-        drop(ok);
-
-        let err = table.source(&Slice::new(id, 4096, 4097)).unwrap_err();
-        assert!(matches!(
-            err,
-            Error::SliceOutOfRange {
-                offset: 4096,
-                len: 4097,
-                region_len: 8192,
-                ..
-            }
-        ));
-        let err = table.target(&Slice::new(id, u64::MAX, 2)).unwrap_err();
-        assert!(matches!(err, Error::SliceOutOfRange { .. }));
-        let err = table.source(&Slice::new(RegionId(99), 0, 1)).unwrap_err();
-        assert!(matches!(
-            err,
-            Error::UnregisteredRegion {
-                region: RegionId(99),
-                ..
-            }
-        ));
-
-        table.remove(id).unwrap();
-        assert!(matches!(
-            table.source(&Slice::new(id, 0, 1)),
-            Err(Error::UnregisteredRegion { .. })
-        ));
-        assert!(table.remove(id).is_err());
-    }
-
-    #[test]
-    fn readers_share_writers_exclude() {
-        let (table, id, _) = table_with(8192);
-        let r1 = table.source(&Slice::new(id, 0, 4096)).unwrap();
-        let r2 = table.source(&Slice::new(id, 100, 200)).unwrap();
-        let err = table.target(&Slice::new(id, 4000, 200)).unwrap_err();
-        assert!(
-            matches!(err, Error::MemoryBusy { offset: 4000, .. }),
-            "{err}"
-        );
-        // Adjacent ranges do not conflict.
-        let w = table.target(&Slice::new(id, 4096, 4096)).unwrap();
-        assert!(matches!(
-            table.source(&Slice::new(id, 8191, 1)),
-            Err(Error::MemoryBusy { .. })
-        ));
-        drop((r1, r2));
-        let w2 = table.target(&Slice::new(id, 0, 4096)).unwrap();
-        drop((w, w2));
-        assert_eq!(table.get(id).unwrap().in_flight(), 0);
-    }
-
-    #[test]
-    fn deregistering_a_pinned_region_is_busy_until_the_pin_drops() {
-        let (table, id, _) = table_with(4096);
-        let region = table.get(id).unwrap();
-        let pin = table.target(&Slice::new(id, 0, 4096)).unwrap();
-        let err = table.remove(id).unwrap_err();
-        assert!(
-            matches!(err, Error::RegionBusy { in_flight: 1, .. }),
-            "{err}"
-        );
-        let waiter = std::thread::spawn(move || region.wait_idle_blocking());
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        drop(pin);
-        waiter.join().unwrap();
-        table.remove(id).unwrap();
-    }
-
-    #[test]
-    fn a_pin_keeps_owned_memory_alive_after_removal_of_every_handle() {
-        let (table, id, _) = table_with(4096);
-        let mut pin = table.target(&Slice::new(id, 0, 16)).unwrap();
-        drop(table);
-        pin.copy_from(0, &[7; 16]).unwrap();
-        assert_eq!(pin.host_bytes().unwrap(), &[7; 16]);
-        assert!(pin.copy_from(8, &[1; 9]).is_err());
-        assert!(pin.copy_from(usize::MAX, &[1]).is_err());
-    }
-
-    #[test]
-    fn gather_and_scatter_round_trip() {
-        let (table, id, _) = table_with(8192);
-        let segs = [Slice::new(id, 4096, 3), Slice::new(id, 0, 2)];
-        table.scatter(&segs, &[1, 2, 3, 4, 5]).unwrap();
-        assert_eq!(table.gather(&segs).unwrap(), vec![1, 2, 3, 4, 5]);
-        assert!(table.scatter(&segs, &[1, 2]).is_err());
-        assert_eq!(table.get(id).unwrap().in_flight(), 0);
-    }
-
-    #[test]
-    fn device_memory_has_no_cpu_view() {
-        let table = RegionTable::new("TEST");
-        // SAFETY: the address is never dereferenced: device memory refuses CPU access.
-        let region = unsafe {
-            MemoryRegion::from_raw(
-                std::ptr::without_provenance_mut(0x1000),
-                4096,
-                MemKind::Device { device: 0 },
-            )
-        };
-        let id = table.insert(region);
-        let s = table.source(&Slice::new(id, 0, 4096)).unwrap();
-        assert!(matches!(s.host_bytes(), Err(Error::Unsupported { .. })));
-        assert!(s.into_host_bytes().is_err());
-    }
-
-    #[tokio::test]
-    async fn wait_available_returns_once_the_conflict_is_gone() {
-        let (table, id, _) = table_with(4096);
-        let region = table.get(id).unwrap();
-        let pin = table.target(&Slice::new(id, 0, 100)).unwrap();
-        // No conflict: returns at once.
-        region.wait_available(100, 100, Access::Write).await;
-        let r = region.clone();
-        let waiter = tokio::spawn(async move { r.wait_available(50, 10, Access::Read).await });
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        assert!(!waiter.is_finished());
-        drop(pin);
-        waiter.await.unwrap();
-        region.wait_idle().await;
-    }
-
-    #[test]
-    fn alignment_checks() {
-        let (table, id, _) = table_with(8192);
-        assert!(
-            table
-                .source_aligned(&Slice::new(id, 0, 4096), 4096, "s")
-                .is_ok()
-        );
-        let err = table
-            .source_aligned(&Slice::new(id, 1, 4096), 4096, "segment 0 of key k")
-            .unwrap_err();
-        assert!(err.to_string().contains("segment 0 of key k"), "{err}");
-        assert!(
-            table
-                .target_aligned(&Slice::new(id, 0, 100), 4096, "s")
-                .is_err()
-        );
-        assert!(
-            table
-                .target_aligned(&Slice::new(id, 1, 100), 1, "s")
-                .is_ok()
-        );
-        assert_eq!(align_up(1, 4096), 4096);
-        assert_eq!(align_up(4096, 4096), 4096);
-        assert_eq!(align_up(5, 1), 5);
-    }
-
-    #[test]
-    fn aligned_buf_copies_are_bounds_checked() {
-        let mut buf = AlignedBuf::zeroed(100, 4096).unwrap();
-        assert_eq!(buf.as_ptr() as usize % 4096, 0);
-        buf.copy_from(90, &[7; 10]).unwrap();
-        let mut out = [0u8; 10];
-        buf.copy_to(90, &mut out).unwrap();
-        assert_eq!(out, [7; 10]);
-        assert!(buf.copy_from(95, &[1; 10]).is_err());
-        assert!(buf.copy_to(usize::MAX, &mut out).is_err());
-    }
-}
+mod tests;
