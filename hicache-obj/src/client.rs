@@ -89,10 +89,19 @@ pub(crate) struct StoreClient {
 impl ObjectClient for StoreClient {
     async fn put(&self, path: &Path, key: &ObjectKey, parts: Vec<HostBytes>) -> Result<()> {
         let total: u64 = parts.iter().map(|p| p.as_ref().len() as u64).sum();
+        let lent = Arc::new(());
         let chunks: Vec<Bytes> = match self.cfg.target {
             // Zero-copy: each buffer owns its pin, so the memory stays reserved for as long
-            // as the HTTP client holds the body (it drops it once the request has ended).
-            Target::S3 { .. } => parts.into_iter().map(Bytes::from_owner).collect(),
+            // as the HTTP client holds the body.
+            Target::S3 { .. } => parts
+                .into_iter()
+                .map(|bytes| {
+                    Bytes::from_owner(Lent {
+                        bytes,
+                        _count: lent.clone(),
+                    })
+                })
+                .collect(),
             // The in-memory store keeps the payload's buffers as the stored object, and the
             // local store's lifetime for them is its own business: copy, so no stored object
             // ever aliases registered memory and the pins end here.
@@ -101,44 +110,20 @@ impl ObjectClient for StoreClient {
                 .map(|p| Bytes::copy_from_slice(p.as_ref()))
                 .collect(),
         };
-        if total > self.cfg.multipart_threshold {
-            return self.write_multipart(path, chunks, total).await;
-        }
-        let payload: PutPayload = chunks.into_iter().collect();
-        let create = self.cfg.conditional_create && !matches!(self.cfg.target, Target::Local(_));
-        let mode = if create {
-            PutMode::Create
+        let result = if total > self.cfg.multipart_threshold {
+            self.write_multipart(path, chunks, total).await
         } else {
-            PutMode::Overwrite
+            self.put_one(path, key, chunks).await
         };
-        match self
-            .store
-            .put_opts(path, payload.clone(), PutOptions::from(mode))
-            .await
-        {
-            Ok(_) => Ok(()),
-            // The key exists: replace it (writing an existing key replaces it, atomically).
-            Err(object_store::Error::AlreadyExists { .. })
-            | Err(object_store::Error::NotImplemented { .. }) => self
-                .store
-                .put_opts(path, payload, PutOptions::from(PutMode::Overwrite))
-                .await
-                .map(drop)
-                .map_err(|e| store_error("put", key, e)),
-            // A server may answer a conditional create of an existing key (412) before it has
-            // read the body and close the connection: the client then sees a broken pipe, not
-            // the 412. Writing replaces the key anyway, so one plain overwrite settles it; a
-            // real failure (auth, bucket, server down) fails that too and is reported.
-            Err(first) if create => {
-                tracing::debug!(%key, error = %first, "conditional create failed; overwriting once");
-                self.store
-                    .put_opts(path, payload, PutOptions::from(PutMode::Overwrite))
-                    .await
-                    .map(drop)
-                    .map_err(|e| store_error("put", key, e))
-            }
-            Err(e) => Err(store_error("put", key, e)),
+        // The HTTP client's connection task may drop a request body a moment after the
+        // response came back: wait for it, so that a write that returned pins nothing and
+        // the caller may reuse its pages at once. Bounded by the request timeout; past it
+        // the pins stay, and the region's rules keep the memory safe until they end.
+        let deadline = tokio::time::Instant::now() + self.cfg.request_timeout;
+        while Arc::strong_count(&lent) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
+        result
     }
 
     async fn get(
@@ -195,6 +180,59 @@ impl ObjectClient for StoreClient {
         match self.store.delete(path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(store_error("delete", key, e)),
+        }
+    }
+}
+
+/// Registered bytes lent to the HTTP client; `_count` tells `put` when it has dropped them.
+struct Lent {
+    bytes: HostBytes,
+    _count: Arc<()>,
+}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes.as_ref()
+    }
+}
+
+impl StoreClient {
+    /// One PUT: a conditional create, or a plain overwrite when the key exists.
+    async fn put_one(&self, path: &Path, key: &ObjectKey, chunks: Vec<Bytes>) -> Result<()> {
+        let payload: PutPayload = chunks.into_iter().collect();
+        let create = self.cfg.conditional_create && !matches!(self.cfg.target, Target::Local(_));
+        let mode = if create {
+            PutMode::Create
+        } else {
+            PutMode::Overwrite
+        };
+        match self
+            .store
+            .put_opts(path, payload.clone(), PutOptions::from(mode))
+            .await
+        {
+            Ok(_) => Ok(()),
+            // The key exists: replace it (writing an existing key replaces it, atomically).
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::NotImplemented { .. }) => self
+                .store
+                .put_opts(path, payload, PutOptions::from(PutMode::Overwrite))
+                .await
+                .map(drop)
+                .map_err(|e| store_error("put", key, e)),
+            // A server may answer a conditional create of an existing key (412) before it has
+            // read the body and close the connection: the client then sees a broken pipe, not
+            // the 412. Writing replaces the key anyway, so one plain overwrite settles it; a
+            // real failure (auth, bucket, server down) fails that too and is reported.
+            Err(first) if create => {
+                tracing::debug!(%key, error = %first, "conditional create failed; overwriting once");
+                self.store
+                    .put_opts(path, payload, PutOptions::from(PutMode::Overwrite))
+                    .await
+                    .map(drop)
+                    .map_err(|e| store_error("put", key, e))
+            }
+            Err(e) => Err(store_error("put", key, e)),
         }
     }
 }
