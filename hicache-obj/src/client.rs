@@ -3,6 +3,7 @@
 //! tasks and pins are the same for both; only these four requests differ.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -11,6 +12,7 @@ use hicache_core::raw::{HostBytes, ObjectKey, TargetSlice};
 use hicache_core::{MissReason, ReadOutcome, Result};
 use object_store::path::Path;
 use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use tokio::sync::Notify;
 
 use crate::config::{ObjConfig, Target};
 use crate::errors::store_error;
@@ -89,18 +91,13 @@ pub(crate) struct StoreClient {
 impl ObjectClient for StoreClient {
     async fn put(&self, path: &Path, key: &ObjectKey, parts: Vec<HostBytes>) -> Result<()> {
         let total: u64 = parts.iter().map(|p| p.as_ref().len() as u64).sum();
-        let lent = Arc::new(());
+        let lending = Arc::new(Lending::default());
         let chunks: Vec<Bytes> = match self.cfg.target {
             // Zero-copy: each buffer owns its pin, so the memory stays reserved for as long
             // as the HTTP client holds the body.
             Target::S3 { .. } => parts
                 .into_iter()
-                .map(|bytes| {
-                    Bytes::from_owner(Lent {
-                        bytes,
-                        _count: lent.clone(),
-                    })
-                })
+                .map(|bytes| Bytes::from_owner(Lent::new(bytes, &lending)))
                 .collect(),
             // The in-memory store keeps the payload's buffers as the stored object, and the
             // local store's lifetime for them is its own business: copy, so no stored object
@@ -120,8 +117,16 @@ impl ObjectClient for StoreClient {
         // the caller may reuse its pages at once. Bounded by the request timeout; past it
         // the pins stay, and the region's rules keep the memory safe until they end.
         let deadline = tokio::time::Instant::now() + self.cfg.request_timeout;
-        while Arc::strong_count(&lent) > 1 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        while lending.held.load(Ordering::Acquire) > 0 {
+            // `notify_one` keeps a permit when nobody waits yet, so a return between the
+            // check and this wait still wakes it.
+            if tokio::time::timeout_at(deadline, lending.returned.notified())
+                .await
+                .is_err()
+            {
+                tracing::debug!(%key, "the HTTP client still holds a written page's bytes");
+                break;
+            }
         }
         result
     }
@@ -184,10 +189,36 @@ impl ObjectClient for StoreClient {
     }
 }
 
-/// Registered bytes lent to the HTTP client; `_count` tells `put` when it has dropped them.
+/// How many of one write's buffers the HTTP client still holds.
+#[derive(Default)]
+struct Lending {
+    held: AtomicUsize,
+    returned: Notify,
+}
+
+/// Registered bytes lent to the HTTP client; dropping the last one of a write wakes its
+/// `put`.
 struct Lent {
     bytes: HostBytes,
-    _count: Arc<()>,
+    lending: Arc<Lending>,
+}
+
+impl Lent {
+    fn new(bytes: HostBytes, lending: &Arc<Lending>) -> Self {
+        lending.held.fetch_add(1, Ordering::AcqRel);
+        Lent {
+            bytes,
+            lending: lending.clone(),
+        }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if self.lending.held.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.lending.returned.notify_one();
+        }
+    }
 }
 
 impl AsRef<[u8]> for Lent {
@@ -278,5 +309,70 @@ impl StoreClient {
                 ))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use hicache_core::MemoryRegion;
+    use hicache_core::raw::{AlignedBuf, RegionTable, Slice};
+    use object_store::memory::InMemory;
+
+    use super::*;
+
+    /// A zero-copy put returns when the client has let go of the page's bytes, not when the
+    /// response came: here the "client" (an in-memory store, which keeps the payload as the
+    /// object) lets go 100 ms later, when the object is deleted, and only then do the pins
+    /// end. A holder that never lets go is waited for up to the request timeout.
+    #[tokio::test]
+    async fn a_put_returns_once_the_client_dropped_the_bytes() {
+        let regions = RegionTable::new("test");
+        let region = MemoryRegion::from_aligned(AlignedBuf::zeroed(4096, 4096).unwrap());
+        let memory = region.clone();
+        let id = regions.insert(region);
+        let slice = Slice {
+            region: id,
+            offset: 0,
+            len: 4096,
+        };
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let mut cfg = ObjConfig::s3("bucket", None);
+        cfg.request_timeout = Duration::from_secs(10);
+        let client = StoreClient {
+            store: store.clone(),
+            cfg,
+        };
+        let key = ObjectKey::new("page").unwrap();
+        let path = Path::from("page");
+
+        let releaser = {
+            let (store, path) = (store.clone(), path.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                store.delete(&path).await.unwrap();
+            })
+        };
+        let started = Instant::now();
+        let parts = vec![regions.source(&slice).unwrap().into_host_bytes().unwrap()];
+        client.put(&path, &key, parts).await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(memory.in_flight(), 0, "a returned put still pins the page");
+        releaser.await.unwrap();
+
+        // Held past the timeout: the put returns at the timeout, the pin stays until the
+        // holder lets go.
+        let mut cfg = client.cfg.clone();
+        cfg.request_timeout = Duration::from_millis(50);
+        let client = StoreClient { store, cfg };
+        let parts = vec![regions.source(&slice).unwrap().into_host_bytes().unwrap()];
+        let started = Instant::now();
+        client.put(&path, &key, parts).await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        assert_eq!(memory.in_flight(), 1);
+        client.store.delete(&path).await.unwrap();
+        assert_eq!(memory.in_flight(), 0);
     }
 }
