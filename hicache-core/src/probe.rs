@@ -84,11 +84,6 @@ impl Findings {
     pub fn get<T: Any>(&self) -> Option<&T> {
         self.0.as_deref()?.downcast_ref()
     }
-
-    /// Whether there are any.
-    pub fn is_some(&self) -> bool {
-        self.0.is_some()
-    }
 }
 
 impl fmt::Debug for Findings {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::backend::BackendKind;
-use crate::config::{KEYS, KeySpec, Reader};
+use crate::config::{Config, KEYS, KeySpec, Reader};
 use crate::params::{ParamKind, ParamSpec};
 use crate::registry::PluginDescriptor;
 
@@ -45,14 +45,25 @@ pub fn config_keys(plugins: &[&PluginDescriptor]) -> Vec<ConfigKey> {
         .filter(|p| p.kind == BackendKind::File)
         .map(|p| p.name)
         .collect();
-    let mut out: Vec<ConfigKey> = KEYS.iter().map(|k| top_level(k, &file_plugins)).collect();
+    // Defaults as `config show` prints them: the reference cannot drift from the code.
+    let defaults = Config::default().entries();
+    let mut out: Vec<ConfigKey> = KEYS
+        .iter()
+        .map(|k| {
+            let default = defaults
+                .iter()
+                .find(|e| e.key == k.name)
+                .map(|e| e.value.clone());
+            top_level(k, default, &file_plugins)
+        })
+        .collect();
     for plugin in plugins {
         out.extend(plugin.params.iter().map(|p| parameter(plugin, p)));
     }
     out
 }
 
-fn top_level(k: &KeySpec, file_plugins: &[&str]) -> ConfigKey {
+fn top_level(k: &KeySpec, default: Option<String>, file_plugins: &[&str]) -> ConfigKey {
     let read_by = match k.reader {
         Reader::Selection => "plugin selection".to_string(),
         Reader::Connector => "the connector, for every plugin".to_string(),
@@ -67,7 +78,7 @@ fn top_level(k: &KeySpec, file_plugins: &[&str]) -> ConfigKey {
         key: k.name.to_string(),
         plugin: None,
         ty: k.ty.to_string(),
-        default: k.default.map(str::to_string),
+        default,
         env: k.env.into_iter().map(str::to_string).collect(),
         sglang_env: k.sglang_env.map(str::to_string),
         read_by,

@@ -41,8 +41,6 @@ pub(crate) struct KeySpec {
     pub name: &'static str,
     /// The value's type, as the reference shows it.
     pub ty: &'static str,
-    /// The default, as the reference shows it; `None` when unset means "absent".
-    pub default: Option<&'static str>,
     /// hicache's environment variable.
     pub env: Option<&'static str>,
     /// SGLang's name for the same environment variable (the hicache name wins).
@@ -51,17 +49,10 @@ pub(crate) struct KeySpec {
     pub doc: &'static str,
 }
 
-const fn key(
-    name: &'static str,
-    ty: &'static str,
-    default: Option<&'static str>,
-    reader: Reader,
-    doc: &'static str,
-) -> KeySpec {
+const fn key(name: &'static str, ty: &'static str, reader: Reader, doc: &'static str) -> KeySpec {
     KeySpec {
         name,
         ty,
-        default,
         env: None,
         sglang_env: None,
         reader,
@@ -88,7 +79,7 @@ const fn engine(name: &'static str, kind: EngineKind, doc: &'static str) -> KeyS
         EngineKind::Bool => "bool",
         EngineKind::Str => "string",
     };
-    key(name, ty, None, Reader::Engine(kind), doc)
+    key(name, ty, Reader::Engine(kind), doc)
 }
 
 /// Every top-level key, hicache's own first, then SGLang's engine keys.
@@ -96,7 +87,6 @@ pub(crate) const KEYS: &[KeySpec] = &[
     key(
         "plugin",
         "`auto` or a plugin name",
-        Some("auto"),
         Reader::Selection,
         "the plugin to use; `auto` probes every plugin in this build and takes the best usable one",
     )
@@ -105,7 +95,6 @@ pub(crate) const KEYS: &[KeySpec] = &[
     key(
         "storage_dir",
         "list of paths, or one string split at commas",
-        Some(DEFAULT_STORAGE_DIR),
         Reader::FilePlugins,
         "storage dirs in routing order (the order is part of where each page lives)",
     )
@@ -114,7 +103,6 @@ pub(crate) const KEYS: &[KeySpec] = &[
     key(
         "use_direct_io",
         "bool",
-        Some("true"),
         Reader::FilePlugins,
         "bypass the page cache (O_DIRECT) where the filesystem allows it",
     )
@@ -123,7 +111,6 @@ pub(crate) const KEYS: &[KeySpec] = &[
     key(
         "naming",
         "`hicache` or `sglang`",
-        Some("hicache"),
         Reader::Connector,
         "object names: hicache's (namespaced by everything that changes a page's bytes) or SGLang's",
     )
@@ -131,7 +118,6 @@ pub(crate) const KEYS: &[KeySpec] = &[
     key(
         "page_format",
         "`envelope` or `raw`",
-        Some("envelope"),
         Reader::Connector,
         "object framing: a checksummed envelope, or the page bytes alone (SGLang's format)",
     )
@@ -139,7 +125,6 @@ pub(crate) const KEYS: &[KeySpec] = &[
     key(
         "transfer_mode",
         "`auto` or `bounce`",
-        Some("auto"),
         Reader::Connector,
         "zero-copy where the pool allows it (`auto`), or always through staging (`bounce`)",
     )
@@ -147,21 +132,18 @@ pub(crate) const KEYS: &[KeySpec] = &[
     key(
         "l3_cleaner_enabled",
         "bool",
-        Some("true"),
         Reader::Nobody,
         "SGLang's capacity cleaner switch; hicache has no cleaner yet",
     ),
     key(
         "l3_cleaner_high_watermark",
         "percent (0-100)",
-        Some("80"),
         Reader::Nobody,
         "disk usage above which a cleaner would start; must exceed the low watermark",
     ),
     key(
         "l3_cleaner_low_watermark",
         "percent (0-100)",
-        Some("70"),
         Reader::Nobody,
         "disk usage below which a cleaner would stop",
     ),
