@@ -559,3 +559,36 @@ fn config_keys_lists_the_reference_even_when_the_config_is_broken() {
     assert!(err.contains("did you mean `storage_dir`"), "{err}");
     assert_eq!(err.matches("storge_dir").count(), 1, "{err}");
 }
+
+/// `config keys` refuses flags that cannot apply together and a JSON file it cannot write,
+/// with an error and a non-zero exit, and writes nothing to stdout then.
+#[test]
+fn config_keys_refuses_hostile_flags() {
+    let both = hicache()
+        .args(["config", "keys", "--markdown", "--json"])
+        .output()
+        .unwrap();
+    assert!(!both.status.success());
+    let err = String::from_utf8_lossy(&both.stderr);
+    assert!(
+        err.contains("--markdown") && err.contains("--json"),
+        "{err}"
+    );
+    assert!(both.stdout.is_empty());
+
+    let unwritable = hicache()
+        .args(["config", "keys", "--json", "/nonexistent-dir/keys.json"])
+        .output()
+        .unwrap();
+    assert!(!unwritable.status.success());
+    let err = String::from_utf8_lossy(&unwritable.stderr);
+    assert!(err.contains("/nonexistent-dir/keys.json"), "{err}");
+    assert!(unwritable.stdout.is_empty());
+
+    let unknown = hicache()
+        .args(["config", "keys", "--markdwn"])
+        .output()
+        .unwrap();
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("--markdown"));
+}

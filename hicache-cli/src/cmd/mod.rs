@@ -36,26 +36,26 @@ pub(crate) fn runtime() -> hicache::Result<tokio::runtime::Runtime> {
 
 pub(crate) fn run(cli: Cli) -> hicache::Result<ExitCode> {
     let json = JsonOut::from(&cli.global.json);
-    if let Command::Config {
-        command: ConfigCommand::Keys { markdown },
-    } = cli.command
-    {
-        // The reference is what helps fix a config that does not load: it needs none.
+    // Every command but `config keys` works on the loaded config; the reference is what
+    // helps fix a config that does not load, so it needs none.
+    let config = || -> hicache::Result<hicache::Config> {
+        let config = load_config(&cli.global)?;
         json.check_writable()?;
-        return config_keys(markdown, &json);
-    }
-    let config = load_config(&cli.global)?;
-    json.check_writable()?;
+        Ok(config)
+    };
     match cli.command {
-        Command::Plugins => plugins(&config, &json),
+        Command::Config {
+            command: ConfigCommand::Keys { markdown },
+        } => {
+            json.check_writable()?;
+            config_keys(markdown, &json)
+        }
         Command::Config {
             command: ConfigCommand::Show,
-        } => config_show(&config, &json),
-        Command::Config {
-            command: ConfigCommand::Keys { .. },
-        } => unreachable!("answered before the config is loaded"),
-        Command::Bench(args) => bench(config, &args, &json),
-        Command::Doctor(args) => doctor(&config, &args, &json),
-        Command::Scrub(args) => scrub(&config, &args, &json),
+        } => config_show(&config()?, &json),
+        Command::Plugins => plugins(&config()?, &json),
+        Command::Bench(args) => bench(config()?, &args, &json),
+        Command::Doctor(args) => doctor(&config()?, &args, &json),
+        Command::Scrub(args) => scrub(&config()?, &args, &json),
     }
 }

@@ -291,6 +291,35 @@ fn a_loader_told_the_plugins_rejects_a_typo_at_load_once() {
         .unwrap();
 }
 
+/// Odd keys (empty, very long, non-ASCII, a dotted name, a non-table section) are one
+/// error each at load, never a panic, and name what was written.
+#[test]
+fn hostile_keys_are_errors_at_load() {
+    let plugins: &[&'static PluginDescriptor] = &[&POSIX, &OBJ];
+    let long = "k".repeat(10_000);
+    for doc in [
+        r#"{"": 1}"#.to_string(),
+        format!(r#"{{"{long}": 1}}"#),
+        r#"{"stórage_dir": "/x"}"#.to_string(),
+        r#"{"plugin.posix.engine": "threads"}"#.to_string(),
+        r#"{"plugin": {"posix": 5}}"#.to_string(),
+        r#"{"plugin": {"posix": {"active": true, "": 1}}}"#.to_string(),
+    ] {
+        let e = ConfigLoader::new()
+            .plugins(plugins)
+            .extra_config(&doc)
+            .load()
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::UnknownConfigKey { .. } | Error::InvalidConfig { .. }
+            ),
+            "{doc}: {e}"
+        );
+    }
+}
+
 #[test]
 fn flat_params_steer_auto_to_a_plugin_they_fit() {
     static NO_PARAMS: PluginDescriptor = PluginDescriptor {
