@@ -44,7 +44,8 @@ fn print_help() {
     println!(
         "cargo xtask <command>\n\n\
          ci     format check, clippy (-D warnings), every test, a tiny benchmark: what CI runs\n\
-         bench  hicache vs the raw O_DIRECT loop and NIXL's POSIX plugin, interleaved\n\
+         bench  hicache vs the raw O_DIRECT loop and NIXL's POSIX plugin at its best (uring and\n\
+         \x20      aio, same pages in flight), interleaved; exists vs query_memory\n\
          \x20      [--quick] [--tiny] [--repeats N] [--json FILE] (also writes FILE.md)\n\
          crash  SIGKILL a writing process 200 times on ext4, read-verify after each kill, then\n\
          \x20      scrub [--kills N] [--json FILE] (default target/crash.json)\n\

@@ -53,7 +53,8 @@ pub struct BenchReport {
     pub write_gbps: f64,
     /// Median read GB/s.
     pub read_gbps: f64,
-    /// Existence checks per second.
+    /// Keys answered per second by `batch_exists`, `batch` keys a call, over passes through
+    /// every key for about a second (0 when the phase did not run).
     pub exists_keys_per_s: f64,
     /// Whether pages were read back and compared (false for a write-only run).
     pub read_back: bool,
