@@ -1,0 +1,196 @@
+//! What the connector asks of its backend: registration kept in step, staging refused, two
+//! objects per page counted and batched by objects.
+
+use std::sync::Arc;
+
+use crate::{connector, keys, mha};
+use hicache_core::{
+    Error, HostSlots, Layout, MemoryBackend, MmapPool, ReadOutcome, StorageIdentity, TransferMode,
+};
+
+/// The reference backend, counting what is registered with it (and refusing every
+/// registration when `refuse` is set).
+#[derive(Debug, Default)]
+pub(crate) struct Counting {
+    pub(crate) inner: MemoryBackend,
+    pub(crate) registered: std::sync::atomic::AtomicI64,
+    pub(crate) refuse: bool,
+    /// The most objects one write, read or exists call carried.
+    pub(crate) largest_call: std::sync::atomic::AtomicUsize,
+    /// How long each `exists` call takes.
+    pub(crate) exists_delay: std::time::Duration,
+}
+
+impl Counting {
+    fn saw(&self, objects: usize) {
+        self.largest_call
+            .fetch_max(objects, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl hicache_core::raw::StorageBackend for Counting {
+    fn info(&self) -> hicache_core::raw::BackendInfo {
+        self.inner.info()
+    }
+    fn register(
+        &self,
+        region: hicache_core::MemoryRegion,
+    ) -> hicache_core::Result<hicache_core::raw::RegionId> {
+        if self.refuse {
+            return Err(Error::backend("COUNTING", "registration refused"));
+        }
+        let id = self.inner.register(region)?;
+        self.registered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(id)
+    }
+    fn deregister(&self, id: hicache_core::raw::RegionId) -> hicache_core::Result<()> {
+        self.inner.deregister(id)?;
+        self.registered
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+    async fn write(
+        &self,
+        batch: &[hicache_core::raw::WriteItem<'_>],
+    ) -> Vec<hicache_core::Result<()>> {
+        self.saw(batch.len());
+        self.inner.write(batch).await
+    }
+    async fn read(
+        &self,
+        batch: &[hicache_core::raw::ReadItem<'_>],
+    ) -> Vec<hicache_core::Result<ReadOutcome>> {
+        self.saw(batch.len());
+        self.inner.read(batch).await
+    }
+    async fn exists(
+        &self,
+        keys: &[hicache_core::raw::ObjectKey],
+    ) -> Vec<hicache_core::Result<bool>> {
+        self.saw(keys.len());
+        tokio::time::sleep(self.exists_delay).await;
+        self.inner.exists(keys).await
+    }
+    async fn remove(&self, keys: &[hicache_core::raw::ObjectKey]) -> Vec<hicache_core::Result<()>> {
+        self.inner.remove(keys).await
+    }
+    async fn usage(&self) -> hicache_core::Result<hicache_core::raw::Usage> {
+        self.inner.usage().await
+    }
+}
+
+/// Unregistering a pool (async, blocking or by re-registering) deregisters every region
+/// the connector registered for it: the pool itself in zero-copy mode, staging in bounce.
+#[tokio::test]
+async fn unregistering_deregisters_everything_registered() {
+    for transfer in ["auto", "bounce"] {
+        let backend = Arc::new(Counting::default());
+        let cache = connector(
+            backend.clone(),
+            &[("transfer_mode", transfer)],
+            StorageIdentity::single("m"),
+        );
+        let live = || backend.registered.load(std::sync::atomic::Ordering::SeqCst);
+        let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
+        let ks = keys("reg", 4);
+        for round in 0..3 {
+            cache.register_pool(pool.clone()).unwrap();
+            cache
+                .batch_set(&ks, HostSlots::Pages(&[0, 1, 2, 3]))
+                .await
+                .unwrap();
+            cache
+                .batch_get(&ks, HostSlots::Pages(&[4, 5, 6, 7]))
+                .await
+                .unwrap();
+            assert!(live() > 0, "{transfer}: nothing registered");
+            match round {
+                0 => cache.unregister_pool().await,
+                1 => cache.close(),
+                _ => drop(cache.register_pool(pool.clone()).unwrap()),
+            }
+            if round < 2 {
+                assert_eq!(
+                    live(),
+                    0,
+                    "{transfer}, round {round}: regions left registered"
+                );
+            }
+        }
+        cache.unregister_pool().await;
+        assert_eq!(live(), 0, "{transfer}: regions left registered");
+    }
+}
+
+/// Staging memory the backend refuses to register fails every page of the call with that
+/// error: one result per page, none dropped.
+#[tokio::test]
+async fn refused_staging_fails_each_page_of_the_call() {
+    let backend = Arc::new(Counting {
+        refuse: true,
+        ..Counting::default()
+    });
+    let cache = connector(
+        backend,
+        &[("transfer_mode", "bounce")],
+        StorageIdentity::single("m"),
+    );
+    let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 16)).unwrap());
+    cache.register_pool(pool).unwrap();
+    let ks = keys("refused", 3);
+    let set = cache
+        .batch_set(&ks, HostSlots::Pages(&[0, 1, 2]))
+        .await
+        .unwrap();
+    assert_eq!(set.len(), 3);
+    for r in &set {
+        let e = r.as_ref().unwrap_err();
+        assert!(e.to_string().contains("registration refused"), "{e}");
+    }
+    let got = cache
+        .batch_get(&ks, HostSlots::Pages(&[3, 4, 5]))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 3);
+    assert!(got.iter().all(|r| r.is_err()), "{got:?}");
+}
+
+/// Under SGLang naming in zero-copy mode a page is two objects (`_k`, `_v`): the report
+/// counts both, and no plugin call carries more than `STORAGE_BATCH_SIZE` objects.
+#[tokio::test]
+async fn two_objects_per_page_are_counted_and_batched_by_objects() {
+    let backend = Arc::new(Counting::default());
+    let cache = connector(
+        backend.clone(),
+        &[("naming", "sglang"), ("page_format", "envelope")],
+        StorageIdentity::single("m"),
+    );
+    let geometry = mha(Layout::PageFirst, 16).with_pages(400).unwrap();
+    let pool = Arc::new(MmapPool::new(geometry).unwrap());
+    let report = cache.register_pool(pool).unwrap();
+    assert_eq!(report.mode, TransferMode::ZeroCopy, "{report}");
+    assert_eq!(report.objects_per_page, 2);
+    let header = hicache_core::raw::envelope::header_len(1);
+    assert_eq!(
+        report.stored_bytes_per_page,
+        2 * (header + geometry.span_len()),
+        "{report}"
+    );
+    let ks = keys("twice", 200);
+    let src: Vec<u64> = (0..200).collect();
+    let dst: Vec<u64> = (200..400).collect();
+    let set = cache.batch_set(&ks, HostSlots::Pages(&src)).await.unwrap();
+    assert!(set.iter().all(|r| r.is_ok()));
+    let got = cache.batch_get(&ks, HostSlots::Pages(&dst)).await.unwrap();
+    assert!(got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))));
+    assert_eq!(cache.batch_exists(&ks).await.unwrap(), 200);
+    let largest = backend
+        .largest_call
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        largest <= hicache_core::STORAGE_BATCH_SIZE && largest > 100,
+        "a plugin call carried {largest} objects"
+    );
+}

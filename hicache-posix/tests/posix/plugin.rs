@@ -1,0 +1,217 @@
+//! The plugin's face: probe verdicts and what build reuses, remove and usage, sync levels,
+//! every declared parameter.
+
+use std::sync::Arc;
+
+use crate::{ENGINES, backend_with, engine_name, fill, geometry, keys, mha};
+use hicache_core::raw::{AlignedBuf, ObjectKey, ReadItem, Slice, StorageBackend, WriteItem};
+use hicache_core::{
+    ConfigLoader, Error, HiCache, HiCacheOptions, HostSlots, Layout, MemoryRegion, MissReason,
+    MmapPool, ReadOutcome, StorageIdentity,
+};
+use hicache_posix::{EngineChoice, PosixBackend, PosixConfig};
+
+#[test]
+fn probe_reports_unusable_dirs_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let problem = hicache_posix::probe_dir(&file.join("sub"), true).unwrap_err();
+    assert!(
+        problem.reason.contains("cannot create storage dir"),
+        "{}",
+        problem.reason
+    );
+    assert!(problem.hint.contains("--dir"));
+    let ok = hicache_posix::probe_dir(dir.path(), true).unwrap();
+    assert_eq!(ok.direct_io, Some(true));
+    let config = ConfigLoader::new()
+        .set("plugin", "posix")
+        .set("storage_dir", file.join("sub").display().to_string())
+        .load()
+        .unwrap();
+    let registry =
+        hicache_core::PluginRegistry::from_descriptors([&hicache_posix::DESCRIPTOR]).unwrap();
+    let err = registry.select(&config).unwrap_err();
+    assert!(matches!(err, Error::PluginUnusable { .. }), "{err}");
+}
+
+/// Selection probes once: the probe's facts reach `hicache plugins`, and the build takes the
+/// probe's per-dir O_DIRECT verdict instead of testing again. Findings that say O_DIRECT was
+/// refused make the build use buffered I/O on a dir where O_DIRECT works, which only
+/// happens when the build reads them.
+#[test]
+fn the_build_uses_what_the_probe_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("pages");
+    std::fs::create_dir(&root).unwrap();
+    let config = ConfigLoader::new()
+        .set("plugin", "posix")
+        .set("storage_dir", root.display().to_string())
+        .load()
+        .unwrap();
+    let registry =
+        hicache_core::PluginRegistry::from_descriptors([&hicache_posix::DESCRIPTOR]).unwrap();
+    let probed = registry.probe_all(&config);
+    let facts: Vec<(&str, &str)> = probed[0]
+        .facts
+        .iter()
+        .map(|f| (f.name.as_str(), f.value.as_str()))
+        .collect();
+    assert!(facts.contains(&("engine", "threads")), "{facts:?}");
+    assert!(
+        facts
+            .iter()
+            .any(|(n, v)| *n == "I/O" && v.starts_with("O_DIRECT ok")),
+        "{facts:?}"
+    );
+    let selection = registry.select_probed(&config, &probed).unwrap();
+    let found = selection
+        .findings
+        .get::<hicache_posix::PosixFindings>()
+        .unwrap();
+    assert_eq!(found.dirs[0].as_ref().unwrap().direct_io, Some(true));
+    let backend = registry.build(&config, &selection).unwrap();
+    assert!(backend.info().capability.direct_io);
+
+    let mut refused = found.clone();
+    let dir_probe = refused.dirs[0].as_mut().unwrap();
+    dir_probe.direct_io = Some(false);
+    dir_probe.direct_io_error = Some("planted: refused".into());
+    let planted = hicache_core::raw::Probe::usable("planted").with_findings(refused);
+    let params = hicache_core::raw::params_for(&hicache_posix::DESCRIPTOR, &config).unwrap();
+    let ctx =
+        hicache_core::raw::PluginContext::new(&config, &params).with_findings(planted.findings());
+    let backend = (hicache_posix::DESCRIPTOR.build)(&ctx).unwrap();
+    assert!(!backend.info().capability.direct_io);
+}
+
+#[tokio::test]
+async fn remove_and_usage() {
+    for engine in ENGINES {
+        remove_and_usage_with(engine).await;
+    }
+}
+
+async fn remove_and_usage_with(engine: EngineChoice) {
+    let dir = tempfile::tempdir().unwrap();
+    let b = backend_with(dir.path(), false, engine);
+    let buf = AlignedBuf::zeroed(4096, 4096).unwrap();
+    let region = b.register(MemoryRegion::from_aligned(buf)).unwrap();
+    let key = ObjectKey::new("obj").unwrap();
+    let segs = [Slice::new(region, 0, 4096)];
+    let w = b
+        .write(&[WriteItem {
+            key: &key,
+            segments: &segs,
+        }])
+        .await;
+    assert!(w[0].is_ok(), "{engine:?}: {w:?}");
+    assert_eq!(
+        b.exists(std::slice::from_ref(&key)).await[0]
+            .as_ref()
+            .unwrap(),
+        &true
+    );
+    assert!(b.remove(std::slice::from_ref(&key)).await[0].is_ok());
+    assert!(b.remove(std::slice::from_ref(&key)).await[0].is_ok());
+    assert_eq!(
+        b.exists(std::slice::from_ref(&key)).await[0]
+            .as_ref()
+            .unwrap(),
+        &false
+    );
+    let r = b
+        .read(&[ReadItem {
+            key: &key,
+            segments: &segs,
+        }])
+        .await;
+    assert_eq!(
+        r[0].as_ref().unwrap(),
+        &ReadOutcome::Miss(MissReason::NotFound)
+    );
+    let u = b.usage().await.unwrap();
+    assert!(u.total_bytes.unwrap() > 0);
+    b.deregister(region).unwrap();
+    assert!(b.deregister(region).is_err());
+}
+
+/// `sync` must reach the kernel: each level is checked by counting the flushes that returned
+/// success, per engine (a backend that never flushed would pass every read-back test).
+#[tokio::test]
+async fn sync_levels_flush_what_they_promise_on_both_engines() {
+    use hicache_posix::{Flushes, SyncMode};
+    const N: usize = 12;
+    for engine in ENGINES {
+        for (sync, expect) in [
+            (SyncMode::None, Flushes { files: 0, dirs: 0 }),
+            (
+                SyncMode::Data,
+                Flushes {
+                    files: N as u64,
+                    dirs: 0,
+                },
+            ),
+            (
+                SyncMode::Full,
+                Flushes {
+                    files: N as u64,
+                    dirs: N as u64,
+                },
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = PosixConfig {
+                dirs: vec![dir.path().to_path_buf()],
+                direct_io: false,
+                engine,
+                threads: 4,
+                queue_depth: 64,
+                sync,
+                spare_bytes: 1 << 30,
+                file_mode: 0o600,
+                dir_mode: 0o700,
+            };
+            let backend = Arc::new(PosixBackend::new(&cfg).unwrap());
+            let cache = HiCache::with_backend(
+                backend.clone(),
+                ConfigLoader::new().load().unwrap(),
+                HiCacheOptions::new(StorageIdentity::single("m")),
+            )
+            .unwrap();
+            let pool = Arc::new(MmapPool::new(geometry(Layout::PageFirst, 4, mha())).unwrap());
+            cache.register_pool(pool.clone()).unwrap();
+            let ks = keys("sync", N);
+            let pages: Vec<u64> = (0..N as u64).collect();
+            for &p in &pages {
+                fill(&pool, p, p as u8);
+            }
+            let label = format!("{} sync={sync:?}", engine_name(engine));
+            let done = cache
+                .batch_set(&ks, HostSlots::Pages(&pages))
+                .await
+                .unwrap();
+            assert!(done.iter().all(|r| r.is_ok()), "{label}: {done:?}");
+            assert_eq!(backend.flushes(), expect, "{label}");
+            let got = cache
+                .batch_get(&ks, HostSlots::Pages(&pages))
+                .await
+                .unwrap();
+            assert!(
+                got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))),
+                "{label}"
+            );
+            assert_eq!(backend.flushes(), expect, "{label}: reads flush nothing");
+        }
+    }
+}
+
+/// Every parameter the POSIX plugin declares is accepted from a config file and reaches
+/// the typed struct it reads.
+#[test]
+fn every_declared_parameter_reaches_the_plugin() {
+    hicache_testkit::params::check_declared_params::<hicache_posix::PosixParams>(
+        &hicache_posix::DESCRIPTOR,
+    );
+}
