@@ -592,3 +592,53 @@ fn config_keys_refuses_hostile_flags() {
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("--markdown"));
 }
+
+/// A probe's facts are typed: `plugins --json` gives sizes as numbers of bytes and flags as
+/// booleans, each with its kind; the text form shows sizes with units.
+#[test]
+fn plugin_facts_are_typed_in_json_and_human_in_text() {
+    let storage = tempfile::tempdir().unwrap();
+    let out = hicache()
+        .args(["plugins", "--plugin", "posix", "--json", "--dir"])
+        .arg(storage.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let posix = json["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "POSIX")
+        .unwrap();
+    let fact = |name: &str| {
+        posix["facts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no fact {name}: {posix}"))
+    };
+    let free = fact("free");
+    assert_eq!(free["kind"], "bytes", "{free}");
+    assert!(free["value"].as_u64().unwrap() > 0, "{free}");
+    assert_eq!(fact("direct I/O")["kind"], "flag");
+    assert!(fact("direct I/O")["value"].is_boolean());
+    assert_eq!(fact("engine")["kind"], "text");
+
+    let out = hicache()
+        .args(["plugins", "--plugin", "posix", "--dir"])
+        .arg(storage.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("free ") && text.contains("iB"),
+        "sizes are shown with units: {text}"
+    );
+}

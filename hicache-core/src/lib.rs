@@ -46,7 +46,7 @@ pub use pool::{
     gather_page, scatter_page,
 };
 pub use pool_builder::PoolGeometryBuilder;
-pub use probe::{Fact, Verdict};
+pub use probe::{Fact, FactValue, Verdict};
 pub use reference::{ConfigKey, config_keys, config_keys_markdown};
 pub use registry::{Considered, PluginRegistry, Selection};
 

@@ -64,14 +64,76 @@ impl fmt::Display for Verdict {
 
 /// One thing a probe established: `subject` is what it is about (a dir, an endpoint, the
 /// plugin itself), `name` what was measured, `value` the finding.
+///
+/// In JSON a fact is flat: `{"subject": "/data", "name": "free", "kind": "bytes", "value":
+/// 1073741824}`, so a program reads numbers and flags as such.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Fact {
     /// What the fact is about, e.g. `/data/kv`.
     pub subject: String,
     /// What was established, e.g. `filesystem`.
     pub name: String,
     /// The finding, e.g. `ext4`.
-    pub value: String,
+    #[serde(flatten)]
+    pub value: FactValue,
+}
+
+/// A probe's finding, typed: a person reads sizes with units and flags as yes/no; JSON
+/// carries the number or the boolean with its `kind`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "value", rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum FactValue {
+    /// Words: a filesystem type, an engine, an error.
+    Text(String),
+    /// Yes or no.
+    Flag(bool),
+    /// A number of things: slots, queue entries.
+    Count(u64),
+    /// A number of bytes: free space, an alignment.
+    Bytes(u64),
+}
+
+impl fmt::Display for FactValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FactValue::Text(s) => f.write_str(s),
+            FactValue::Flag(b) => f.write_str(if *b { "yes" } else { "no" }),
+            FactValue::Count(n) => write!(f, "{n}"),
+            FactValue::Bytes(n) => write!(f, "{}", crate::ByteSize(*n)),
+        }
+    }
+}
+
+impl From<&str> for FactValue {
+    fn from(s: &str) -> Self {
+        FactValue::Text(s.to_string())
+    }
+}
+
+impl From<String> for FactValue {
+    fn from(s: String) -> Self {
+        FactValue::Text(s)
+    }
+}
+
+impl From<bool> for FactValue {
+    fn from(b: bool) -> Self {
+        FactValue::Flag(b)
+    }
+}
+
+impl From<u64> for FactValue {
+    fn from(n: u64) -> Self {
+        FactValue::Count(n)
+    }
+}
+
+impl From<crate::ByteSize> for FactValue {
+    fn from(b: crate::ByteSize) -> Self {
+        FactValue::Bytes(b.0)
+    }
 }
 
 /// Typed data a probe hands to its plugin's `build` (and to tools that know the plugin).
@@ -101,14 +163,17 @@ impl fmt::Debug for Findings {
 ///
 /// ```
 /// use hicache_core::raw::Probe;
+/// use hicache_core::{ByteSize, FactValue};
 /// #[derive(Debug, PartialEq)]
 /// struct Device { slots: u32 }
 ///
 /// let probe = Probe::usable("device ready")
-///     .fact("/dev/acme0", "slots", "8")
+///     .fact("/dev/acme0", "slots", 8u64)
+///     .fact("/dev/acme0", "buffer", ByteSize(2 << 20))
 ///     .with_findings(Device { slots: 8 });
 /// assert!(probe.verdict().is_usable());
-/// assert_eq!(probe.facts()[0].value, "8");
+/// assert_eq!(probe.facts()[0].value, FactValue::Count(8));
+/// assert_eq!(probe.facts()[1].value.to_string(), "2 MiB");
 /// assert_eq!(probe.findings().get::<Device>(), Some(&Device { slots: 8 }));
 /// ```
 #[derive(Clone, Debug)]
@@ -134,7 +199,7 @@ impl Probe {
         mut self,
         subject: impl Into<String>,
         name: impl Into<String>,
-        value: impl Into<String>,
+        value: impl Into<FactValue>,
     ) -> Self {
         self.facts.push(Fact {
             subject: subject.into(),

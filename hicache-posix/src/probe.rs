@@ -4,6 +4,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use hicache_core::raw::{AlignedBuf, PluginContext, Probe};
+use hicache_core::{ByteSize, FactValue};
 
 use crate::config::{EngineChoice, PosixConfig};
 use crate::fsinfo::{self, FsInfo};
@@ -200,7 +201,7 @@ pub(crate) fn probe(ctx: &PluginContext<'_>) -> Probe {
         Err(e) => return Probe::unusable(e.to_string(), "fix the [plugin.posix] parameters"),
     };
     let uring = crate::uring::check_support(cfg.queue_depth);
-    let (engine, uring_fact) = match (cfg.engine, &uring) {
+    let (engine, uring_error) = match (cfg.engine, &uring) {
         (EngineChoice::Uring, Err(e)) => {
             return Probe::unusable(
                 format!("engine = \"uring\" but io_uring is unavailable: {e}"),
@@ -209,20 +210,17 @@ pub(crate) fn probe(ctx: &PluginContext<'_>) -> Probe {
         }
         (EngineChoice::Uring, Ok(_)) => (
             format!("engine io_uring (queue depth {})", cfg.queue_depth),
-            "available".to_string(),
+            None,
         ),
-        (_, Ok(_)) => (
-            "engine threads (io_uring available)".to_string(),
-            "available".to_string(),
-        ),
+        (_, Ok(_)) => ("engine threads (io_uring available)".to_string(), None),
         (_, Err(e)) => (
             format!("engine threads (io_uring unavailable: {e})"),
-            format!("unavailable: {e}"),
+            Some(e.to_string()),
         ),
     };
     drop(uring);
     let mut details = Vec::new();
-    let mut facts = Vec::new();
+    let mut facts: Vec<(String, &str, FactValue)> = Vec::new();
     let mut dirs = Vec::with_capacity(cfg.dirs.len());
     for dir in &cfg.dirs {
         let shown = dir.display().to_string();
@@ -251,13 +249,18 @@ pub(crate) fn probe(ctx: &PluginContext<'_>) -> Probe {
                     _ => "buffered I/O".into(),
                 };
                 details.push(format!("{}: {}, {dio}", p.path.display(), p.fs.fs_type));
-                facts.push((shown.clone(), "filesystem", p.fs.fs_type.clone()));
+                facts.push((shown.clone(), "filesystem", p.fs.fs_type.clone().into()));
+                facts.push((shown.clone(), "free", ByteSize(p.free_bytes).into()));
                 facts.push((
                     shown.clone(),
-                    "free",
-                    hicache_core::ByteSize(p.free_bytes).to_string(),
+                    "direct I/O",
+                    (p.direct_io == Some(true)).into(),
                 ));
-                facts.push((shown, "I/O", dio));
+                if p.direct_io == Some(true) {
+                    facts.push((shown, "alignment", ByteSize(p.fs.io_alignment()).into()));
+                } else if let Some(e) = &p.direct_io_error {
+                    facts.push((shown, "direct I/O error", e.clone().into()));
+                }
                 dirs.push(Some(p));
             }
             Err(problem) => return Probe::unusable(problem.reason, problem.hint),
@@ -272,8 +275,12 @@ pub(crate) fn probe(ctx: &PluginContext<'_>) -> Probe {
         EngineChoice::Uring => "io_uring",
         EngineChoice::Threads | EngineChoice::Auto => "threads",
     };
-    probe
-        .fact("POSIX", "engine", engine_name)
-        .fact("POSIX", "io_uring", uring_fact)
-        .with_findings(PosixFindings { config: cfg, dirs })
+    probe =
+        probe
+            .fact("POSIX", "engine", engine_name)
+            .fact("POSIX", "io_uring", uring_error.is_none());
+    if let Some(e) = uring_error {
+        probe = probe.fact("POSIX", "io_uring error", e);
+    }
+    probe.with_findings(PosixFindings { config: cfg, dirs })
 }

@@ -350,7 +350,7 @@ static PROBES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::
 fn counting_probe(_: &PluginContext<'_>) -> Probe {
     PROBES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     Probe::usable("8 slots")
-        .fact("/dev/fake0", "slots", "8")
+        .fact("/dev/fake0", "slots", 8u64)
         .with_findings(Slots(8))
 }
 
@@ -375,7 +375,7 @@ fn the_probe_runs_once_and_its_build_gets_the_findings() {
     let cfg = auto();
     let before = PROBES.load(std::sync::atomic::Ordering::SeqCst);
     let probed = r.probe_all(&cfg);
-    assert_eq!(probed[0].facts[0].value, "8");
+    assert_eq!(probed[0].facts[0].value, crate::FactValue::Count(8));
     let selection = r.select_probed(&cfg, &probed).unwrap();
     assert_eq!(selection.plugin.name, "FINDER");
     r.build(&cfg, &selection).unwrap();

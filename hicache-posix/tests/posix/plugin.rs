@@ -6,8 +6,8 @@ use std::sync::Arc;
 use crate::{ENGINES, backend_with, engine_name, fill, geometry, keys, mha};
 use hicache_core::raw::{AlignedBuf, ObjectKey, ReadItem, Slice, StorageBackend, WriteItem};
 use hicache_core::{
-    ConfigLoader, Error, HiCache, HiCacheOptions, HostSlots, Layout, MemoryRegion, MissReason,
-    MmapPool, ReadOutcome, StorageIdentity,
+    ConfigLoader, Error, FactValue, HiCache, HiCacheOptions, HostSlots, Layout, MemoryRegion,
+    MissReason, MmapPool, ReadOutcome, StorageIdentity,
 };
 use hicache_posix::{EngineChoice, PosixBackend, PosixConfig};
 
@@ -53,16 +53,29 @@ fn the_build_uses_what_the_probe_found() {
     let registry =
         hicache_core::PluginRegistry::from_descriptors([&hicache_posix::DESCRIPTOR]).unwrap();
     let probed = registry.probe_all(&config);
-    let facts: Vec<(&str, &str)> = probed[0]
+    let facts: Vec<(&str, &FactValue)> = probed[0]
         .facts
         .iter()
-        .map(|f| (f.name.as_str(), f.value.as_str()))
+        .map(|f| (f.name.as_str(), &f.value))
         .collect();
-    assert!(facts.contains(&("engine", "threads")), "{facts:?}");
+    assert!(
+        facts.contains(&("engine", &FactValue::Text("threads".into()))),
+        "{facts:?}"
+    );
+    assert!(
+        facts.contains(&("direct I/O", &FactValue::Flag(true))),
+        "{facts:?}"
+    );
     assert!(
         facts
             .iter()
-            .any(|(n, v)| *n == "I/O" && v.starts_with("O_DIRECT ok")),
+            .any(|(n, v)| *n == "alignment" && matches!(v, FactValue::Bytes(a) if *a >= 512)),
+        "{facts:?}"
+    );
+    assert!(
+        facts
+            .iter()
+            .any(|(n, v)| *n == "free" && matches!(v, FactValue::Bytes(b) if *b > 0)),
         "{facts:?}"
     );
     let selection = registry.select_probed(&config, &probed).unwrap();
