@@ -130,6 +130,7 @@ fuzz_target!(|data: &[u8]| {
         delete,
         namespace,
         temp_age: Duration::ZERO,
+        progress: false,
     })
     .expect("scrub of a readable dir succeeds");
     let exists = path.exists();

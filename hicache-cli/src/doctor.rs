@@ -11,6 +11,8 @@ use hicache::{
 };
 use serde::Serialize;
 
+use crate::progress;
+
 /// Outcome of one step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -72,6 +74,8 @@ pub struct DoctorOptions {
     pub host_pool_origin: String,
     /// Pages in the live round trip.
     pub round_trip_pages: u64,
+    /// Show which step runs on stderr when it is a terminal.
+    pub progress: bool,
 }
 
 /// The diagnosis.
@@ -103,33 +107,41 @@ pub async fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
         .filter(|d| !d.exists())
         .cloned()
         .collect();
+    let spinner = progress::spinner(opts.progress, "doctor: checking the config");
     let mut steps = vec![config_step(config)];
     // Every plugin is probed once; selection, the dir checks and the build reuse it.
+    spinner.set_message("doctor: probing every plugin");
     let (mut plugins, probed, selected) = plugins_step(config);
     // The dirs as they were: opening the plugin adds this process's own spare dir.
+    spinner.set_message("doctor: checking the storage dirs");
     let dirs = dirs_step(config, &missing, &probed);
-    let backend =
-        selected.and_then(
-            |(registry, selection)| match registry.build(config, &selection) {
-                Ok(backend) => Some(backend),
-                Err(e) => {
-                    plugins.fail(
-                        format!(
-                            "{} is usable but failed to open: {e}",
-                            selection.plugin.name
-                        ),
-                        "fix what the error names",
-                    );
-                    None
-                }
-            },
-        );
+    let backend = selected.and_then(|(registry, selection)| {
+        spinner.set_message(format!("doctor: opening {}", selection.plugin.name));
+        match registry.build(config, &selection) {
+            Ok(backend) => Some(backend),
+            Err(e) => {
+                plugins.fail(
+                    format!(
+                        "{} is usable but failed to open: {e}",
+                        selection.plugin.name
+                    ),
+                    "fix what the error names",
+                );
+                None
+            }
+        }
+    });
     steps.push(plugins);
     steps.push(dirs);
     let capability = backend.as_ref().map(|b| b.info().capability);
     steps.push(geometry_step(config, opts, capability.as_ref()));
     steps.push(memory_step(opts));
+    spinner.set_message(format!(
+        "doctor: round trip of {} pages",
+        opts.round_trip_pages
+    ));
     steps.push(round_trip_step(config, opts, backend).await);
+    spinner.finish_and_clear();
     DoctorReport { steps }
 }
 

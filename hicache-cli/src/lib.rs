@@ -3,4 +3,5 @@
 
 pub mod bench;
 pub mod doctor;
+mod progress;
 pub mod scrub;

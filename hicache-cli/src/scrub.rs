@@ -21,6 +21,8 @@ use hicache::raw::routing::{bucket_name, key_hash};
 use hicache::{Error, Result};
 use serde::Serialize;
 
+use crate::progress;
+
 /// What to scrub.
 #[derive(Clone, Debug)]
 pub struct ScrubOptions {
@@ -33,6 +35,8 @@ pub struct ScrubOptions {
     pub namespace: Option<String>,
     /// Temporary files older than this are leftovers of killed writers.
     pub temp_age: Duration,
+    /// Show a bar over the bucket dirs on stderr when it is a terminal.
+    pub progress: bool,
 }
 
 /// One problem found.
@@ -105,6 +109,8 @@ pub fn scrub(opts: &ScrubOptions) -> Result<ScrubReport> {
     opts.namespace = opts.namespace.as_deref().map(parse_namespace).transpose()?;
     let opts = &opts;
     let mut report = ScrubReport::default();
+    // The bar counts bucket dirs; each root adds its own once listed.
+    let progress = progress::bar(opts.progress, "scrub", 0);
     for dir in &opts.dirs {
         let io_err = |op, e: nix::Error| {
             Error::io(
@@ -121,16 +127,19 @@ pub fn scrub(opts: &ScrubOptions) -> Result<ScrubReport> {
             Mode::empty(),
         )
         .map_err(|e| io_err("open", e))?;
-        for name in names(&root).map_err(|e| io_err("read dir", e))? {
+        let listed = names(&root).map_err(|e| io_err("read dir", e))?;
+        progress.inc_length(listed.iter().filter(|n| is_bucket_name(n)).count() as u64);
+        for name in listed {
             let shown = name.to_string_lossy().into_owned();
             let path = dir.join(&shown);
             let Ok(st) = fstatat(&root, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else {
                 continue; // gone since the listing
             };
-            let is_bucket = shown.len() == 2
-                && shown
-                    .bytes()
-                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+            let is_bucket = is_bucket_name(&name);
+            if is_bucket {
+                progress.inc(1);
+                progress.set_message(format!("bucket dirs, {} files", report.files));
+            }
             if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
                 report.findings.push(Finding {
                     path,
@@ -159,7 +168,17 @@ pub fn scrub(opts: &ScrubOptions) -> Result<ScrubReport> {
             scrub_bucket(&bucket, &path, &shown, opts, &mut report)?;
         }
     }
+    progress.finish_and_clear();
     Ok(report)
+}
+
+/// Whether a name is a bucket dir's: two lowercase hex digits.
+fn is_bucket_name(name: &CStr) -> bool {
+    let name = name.to_bytes();
+    name.len() == 2
+        && name
+            .iter()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 /// Names in an open dir, without `.` and `..`.
@@ -365,6 +384,7 @@ mod tests {
             delete: true,
             namespace: None,
             temp_age: Duration::from_secs(60),
+            progress: false,
         };
         let mut report = ScrubReport::default();
         // Gone between the walk and the open (or refused: EACCES, ELOOP, EIO alike).

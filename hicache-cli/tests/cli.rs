@@ -642,3 +642,82 @@ fn plugin_facts_are_typed_in_json_and_human_in_text() {
         "sizes are shown with units: {text}"
     );
 }
+
+/// Runs `hicache ARGS` with stderr on a pseudo-terminal (80 × 24) and stdout on a pipe;
+/// returns what the terminal received.
+fn on_a_terminal(args: &[&std::ffi::OsStr]) -> String {
+    use std::io::Read;
+    let size = nix::pty::Winsize {
+        ws_row: 24,
+        ws_col: 80,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&size), None).unwrap();
+    let mut child = hicache()
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(pty.slave))
+        .spawn()
+        .unwrap();
+    let mut master = std::fs::File::from(pty.master);
+    let mut seen = Vec::new();
+    // Reading ends with EIO once the child's end is closed.
+    let _ = master.read_to_end(&mut seen);
+    assert!(child.wait().unwrap().success());
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+/// `doctor` and `scrub` show progress on a terminal (doctor names the step it is in; scrub
+/// counts bucket dirs), and nothing of it reaches a pipe.
+#[test]
+fn progress_is_drawn_on_a_terminal_and_never_into_a_pipe() {
+    let storage = tempfile::tempdir().unwrap();
+    let dir = storage.path().as_os_str();
+    // Pages in a few bucket dirs, for scrub to walk.
+    let out = hicache()
+        .args([
+            "bench", "--pages", "64", "--rounds", "1", "--ops", "write", "--keep",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doctor = ["doctor", "--plugin", "posix", "--dir"].map(std::ffi::OsStr::new);
+    let scrub = ["scrub", "--dir"].map(std::ffi::OsStr::new);
+    // What only progress prints: doctor's step messages, scrub's count.
+    let doctor_steps = [
+        "doctor: checking",
+        "doctor: probing",
+        "doctor: opening",
+        "doctor: round",
+    ];
+    for (args, drawn) in [
+        (&doctor[..], &doctor_steps[..]),
+        (&scrub[..], &["bucket dirs"][..]),
+    ] {
+        let mut args = args.to_vec();
+        args.push(dir);
+        let terminal = on_a_terminal(&args);
+        assert!(
+            drawn.iter().any(|d| terminal.contains(d)) && terminal.contains('\x1b'),
+            "{args:?} on a terminal: {terminal:?}"
+        );
+        let piped = hicache().args(&args).output().unwrap();
+        assert!(piped.status.success());
+        for stream in [&piped.stdout, &piped.stderr] {
+            let text = String::from_utf8_lossy(stream);
+            assert!(
+                !text.contains('\x1b')
+                    && !text.contains('\r')
+                    && !drawn.iter().any(|d| text.contains(d)),
+                "{args:?} through a pipe: {text:?}"
+            );
+        }
+    }
+}

@@ -339,6 +339,7 @@ fn sigkill_while_writing_never_serves_a_wrong_page() {
             delete: false,
             namespace: None,
             temp_age: Duration::ZERO,
+            progress: false,
         })
         .unwrap();
         figures.scrub_files += report.files;
@@ -359,6 +360,7 @@ fn sigkill_while_writing_never_serves_a_wrong_page() {
             delete: true,
             namespace: None,
             temp_age: Duration::ZERO,
+            progress: false,
         };
         scrub(&opts).unwrap();
         let again = scrub(&opts).unwrap();

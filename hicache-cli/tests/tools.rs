@@ -38,6 +38,7 @@ fn options(model: ModelShape, page_tokens: u64, layout: Layout, host_gib: f64) -
         host_pool_bytes: (host_gib * (1u64 << 30) as f64) as u64,
         host_pool_origin: format!("--host-gib {host_gib}"),
         round_trip_pages: 2,
+        progress: false,
     }
 }
 
@@ -297,6 +298,7 @@ fn scrub_finds_torn_corrupt_foreign_and_stale_files_and_deletes_them() {
         delete: false,
         namespace: Some(namespace.clone()),
         temp_age: std::time::Duration::from_secs(60),
+        progress: false,
     };
     let report = scrub(&opts).unwrap();
     assert_eq!(report.files, 7, "{report:#?}");
@@ -415,6 +417,7 @@ fn scrub_survives_crafted_headers_and_huge_files_and_never_follows_links() {
         delete: true,
         namespace: Some(namespace.to_ascii_uppercase()),
         temp_age: std::time::Duration::from_secs(60),
+        progress: false,
     };
     let report = scrub(&opts).unwrap();
     assert_eq!(report.valid, 1, "{report:#?}");

@@ -1,6 +1,5 @@
 //! The benchmark through a connector: fill, write, read back, verify, with progress.
 
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -9,10 +8,11 @@ use hicache::{
     Error, HiCache, HostSlots, MmapPool, PageKey, PoolGeometry, ReadOutcome, Result, gather_page,
     scatter_page,
 };
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use super::page_pattern;
 use super::report::{BenchReport, median, stats};
+use crate::progress;
 
 /// How long the exists phase asks again and again (as NIXL's `query_memory` timing does).
 const EXISTS_TIME: Duration = Duration::from_secs(1);
@@ -40,21 +40,6 @@ pub struct BenchOptions {
     pub keep: bool,
     /// Show progress on stderr when it is a terminal.
     pub progress: bool,
-}
-
-/// A progress bar on stderr for a phase of `total` steps; hidden unless `enabled` and stderr
-/// is a terminal (a pipe or a log file gets no control characters).
-fn progress_bar(enabled: bool, label: &'static str, total: u64) -> ProgressBar {
-    if !enabled || !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total).with_prefix(label);
-    if let Ok(style) =
-        ProgressStyle::with_template("{prefix:>7} [{bar:30}] {pos}/{len} ({per_sec}, {eta} left)")
-    {
-        bar.set_style(style.progress_chars("#>-"));
-    }
-    bar
 }
 
 /// Runs `calls` batches with `streams` in flight; returns per-batch latencies and failures.
@@ -160,7 +145,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
         ))
     };
     let mut keys = round_keys(0)?;
-    let fill = progress_bar(opts.progress, "fill", pages);
+    let fill = progress::bar(opts.progress, "fill", pages);
     for p in 0..pages {
         scatter_page(pool.as_ref(), p, &page_pattern(page_bytes, p))?;
         fill.inc(1);
@@ -173,14 +158,14 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
     let mut verified = true;
     for round in 0..opts.rounds.max(1) {
         if round > 0 && opts.write {
-            let evict = progress_bar(opts.progress, "evict", 1);
+            let evict = progress::bar(opts.progress, "evict", 1);
             cache.batch_remove(&keys).await?;
             evict.finish_and_clear();
             keys = round_keys(round)?;
         }
         if opts.write {
             let (c, k, errs) = (cache.clone(), keys.clone(), FirstErrors::default());
-            let progress = progress_bar(opts.progress, "write", calls as u64);
+            let progress = progress::bar(opts.progress, "write", calls as u64);
             let e = errs.clone();
             let (el, lat, failed) = phase(opts.streams, calls, &progress, move |i| {
                 let (c, k, e) = (c.clone(), k.clone(), e.clone());
@@ -207,7 +192,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
                 scatter_page(pool.as_ref(), p, &vec![0u8; page_bytes as usize])?;
             }
             let (c, k, errs) = (cache.clone(), keys.clone(), FirstErrors::default());
-            let progress = progress_bar(opts.progress, "read", calls as u64);
+            let progress = progress::bar(opts.progress, "read", calls as u64);
             let e = errs.clone();
             let (el, lat, failed) = phase(opts.streams, calls, &progress, move |i| {
                 let (c, k, e) = (c.clone(), k.clone(), e.clone());
@@ -234,7 +219,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
             st.first_errors = errs.take();
             read_rounds.push(st);
             let mut buf = vec![0u8; page_bytes as usize];
-            let check = progress_bar(opts.progress, "verify", pages);
+            let check = progress::bar(opts.progress, "verify", pages);
             for p in 0..pages {
                 gather_page(pool.as_ref(), pages + p, &mut buf)?;
                 if buf != page_pattern(page_bytes, p) {
@@ -252,7 +237,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
     if opts.exists {
         // Passes over every key, a batch per call, until EXISTS_TIME has gone by: one pass
         // over a thousand keys takes milliseconds, too short to time.
-        let progress = progress_bar(opts.progress, "exists", EXISTS_TIME.as_secs());
+        let progress = progress::bar(opts.progress, "exists", EXISTS_TIME.as_secs());
         let started = Instant::now();
         let mut asked = 0usize;
         loop {

@@ -38,6 +38,7 @@ pub(crate) fn doctor(
         host_pool_bytes,
         host_pool_origin,
         round_trip_pages: 4,
+        progress: true,
     };
     let report = runtime()?.block_on(hicache_cli::doctor::run(config, &opts));
     let value = serde_json::to_value(&report).unwrap_or_default();
@@ -82,15 +83,16 @@ pub(crate) fn scrub(
         delete: args.delete,
         namespace: args.namespace.clone(),
         temp_age: std::time::Duration::from_secs(args.temp_age_s),
+        progress: true,
     };
     let report = hicache_cli::scrub::scrub(&opts)?;
     let value = serde_json::to_value(&report).unwrap_or_default();
     if !json.emit(&value)? {
         println!(
-            "{} files: {} valid ({:.1} MiB), {} raw (no envelope), {} torn, {} corrupt, {} foreign, {} stale temporary, {} unreadable (kept), {} symlinks (not followed)",
+            "{} files: {} valid ({}), {} raw (no envelope), {} torn, {} corrupt, {} foreign, {} stale temporary, {} unreadable (kept), {} symlinks (not followed)",
             report.files,
             report.valid,
-            report.valid_bytes as f64 / (1u64 << 20) as f64,
+            hicache::ByteSize(report.valid_bytes),
             report.raw,
             report.count("torn"),
             report.count("corrupt"),
