@@ -222,11 +222,15 @@ fn alignment_rule() {
     assert_eq!(pool.base() % 4096, 0);
     assert!(g.spans_aligned(pool.base() as u64, 4096));
     assert!(!g.spans_aligned(pool.base() as u64 + 512, 4096));
-    let odd = PoolGeometry {
-        page_tokens: 3,
-        attention: AttentionKind::Mla { kv_cache_dim: 577 },
-        ..g
-    };
+    let odd = PoolGeometry::new(
+        AttentionKind::Mla { kv_cache_dim: 577 },
+        g.layers(),
+        g.dtype(),
+        3,
+        g.layout(),
+        g.pages(),
+    )
+    .unwrap();
     assert!(!odd.spans_aligned(0, 4096));
     assert!(odd.spans_aligned(0, 1));
 }

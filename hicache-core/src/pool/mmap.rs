@@ -1,0 +1,115 @@
+//! [`MmapPool`]: a host pool in an anonymous, page-aligned, pre-faulted mmap.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::memory::{MemKind, MemoryRegion};
+
+use super::{HostPool, PoolGeometry};
+
+/// Anonymous mmap that is unmapped when the last region referencing it goes.
+struct Mapping {
+    _map: memmap2::MmapMut,
+}
+
+/// A host pool in an anonymous, page-aligned, pre-faulted mmap (SGLang's `alloc_mmap`).
+///
+/// Pre-faulting (`MADV_POPULATE_WRITE`, or touching every page) keeps first-touch faults out
+/// of transfers and benchmarks. Its bytes are reached only through its one
+/// [`MemoryRegion`], so [`MmapPool::write_bytes`] and [`MmapPool::read_bytes`] pin what they
+/// touch and fail with [`Error::MemoryBusy`] rather than race a transfer.
+pub struct MmapPool {
+    geometry: PoolGeometry,
+    region: MemoryRegion,
+}
+
+impl fmt::Debug for MmapPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MmapPool")
+            .field("geometry", &self.geometry)
+            .field("addr", &format_args!("{:#x}", self.region.addr()))
+            .finish()
+    }
+}
+
+impl MmapPool {
+    /// Maps and pre-faults a zeroed pool for `geometry`.
+    pub fn new(geometry: PoolGeometry) -> Result<Self> {
+        let len = usize::try_from(geometry.pool_bytes()).map_err(|_| Error::InvalidPool {
+            reason: format!(
+                "a pool of {} bytes does not fit the address space",
+                geometry.pool_bytes()
+            ),
+        })?;
+        let mut map = memmap2::MmapOptions::new()
+            .len(len)
+            .map_anon()
+            .map_err(|e| Error::InvalidPool {
+                reason: format!("mmap of {len} bytes failed: {e}"),
+            })?;
+        prefault(&mut map);
+        let addr = map.as_mut_ptr();
+        // SAFETY: the mapping is `len` bytes, lives as long as the region's owner (the map
+        // itself), and no reference to it is kept: the map moves into the region and every
+        // access goes through the region's pins.
+        let region = unsafe {
+            MemoryRegion::with_owner(
+                addr,
+                len as u64,
+                MemKind::Host,
+                Arc::new(Mapping { _map: map }),
+            )
+        };
+        Ok(MmapPool { geometry, region })
+    }
+
+    /// Copies `bytes` into the pool at `offset` (test and fill helper).
+    pub fn write_bytes(&self, offset: u64, bytes: &[u8]) -> Result<()> {
+        let mut dst = self
+            .region
+            .target(offset, bytes.len() as u64, "MmapPool::write_bytes")?;
+        dst.copy_from(0, bytes)
+    }
+
+    /// Copies pool bytes at `offset` into `out`.
+    pub fn read_bytes(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        let src = self
+            .region
+            .source(offset, out.len() as u64, "MmapPool::read_bytes")?;
+        out.copy_from_slice(src.host_bytes()?);
+        Ok(())
+    }
+
+    /// Base address (page-aligned).
+    pub fn base(&self) -> usize {
+        self.region.addr()
+    }
+}
+
+impl HostPool for MmapPool {
+    fn geometry(&self) -> &PoolGeometry {
+        &self.geometry
+    }
+
+    fn memory(&self) -> Option<MemoryRegion> {
+        Some(self.region.clone())
+    }
+}
+
+fn prefault(map: &mut memmap2::MmapMut) {
+    // Miri has no madvise; touching every page is the portable path.
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        // MADV_POPULATE_WRITE (Linux 5.14) faults every page in one call.
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        // SAFETY: the range is exactly our live mapping.
+        let rc = unsafe { libc::madvise(map.as_mut_ptr().cast(), map.len(), MADV_POPULATE_WRITE) };
+        if rc == 0 {
+            return;
+        }
+    }
+    for chunk in map.chunks_mut(4096) {
+        chunk[0] = 0;
+    }
+}
