@@ -117,6 +117,27 @@ pub(crate) fn rename(
     retry(|| nix::fcntl::renameat(from_dir, from, to_dir, to))
 }
 
+/// Renames `from` in `from_dir` to `to` in `to_dir` only if `to` does not exist (`EEXIST`
+/// when it does).
+pub(crate) fn rename_noreplace(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+) -> io::Result<()> {
+    check_name(from)?;
+    check_name(to)?;
+    retry(|| {
+        nix::fcntl::renameat2(
+            from_dir,
+            from,
+            to_dir,
+            to,
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        )
+    })
+}
+
 /// Swaps `a` in `a_dir` and `b` in `b_dir` atomically (both must exist).
 pub(crate) fn exchange(
     a_dir: BorrowedFd<'_>,

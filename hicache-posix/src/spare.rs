@@ -5,9 +5,11 @@
 //! ext4 an O_DIRECT write into a fresh file allocates blocks and converts unwritten extents
 //! through the journal (thousands of files per second, not tens of thousands). Overwriting an
 //! already allocated file in place is a pure data transfer. So a write takes a spare of the
-//! right size, overwrites it, and publishes it with `renameat2(RENAME_EXCHANGE)`: the new object
-//! takes the final name atomically and the replaced object lands under the spare's name, ready
-//! for the next write. Removal moves the object into the pool instead of unlinking it.
+//! right size, overwrites it, and publishes it with `renameat2(RENAME_NOREPLACE)` (a new key,
+//! the common case: one call) or, when the key is stored already, `renameat2(RENAME_EXCHANGE)`:
+//! the new object takes the final name atomically and the replaced object lands under the
+//! spare's name, ready for the next write. Removal moves the object into the pool instead of
+//! unlinking it.
 //!
 //! Safety: spares live outside the bucket dirs, so no reader finds them by name. A reader that
 //! opened an object just before it was replaced could still be reading its inode; a spare is
@@ -118,7 +120,7 @@ pub(crate) struct SparePool {
     count: AtomicU64,
     next: AtomicU64,
     cap: u64,
-    /// Cleared when the filesystem refuses RENAME_EXCHANGE.
+    /// Cleared when the filesystem refuses `renameat2` flags (RENAME_NOREPLACE, RENAME_EXCHANGE).
     pub(crate) exchange: AtomicBool,
 }
 

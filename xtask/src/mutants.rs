@@ -251,7 +251,10 @@ mod tests {
     #[test]
     fn every_default_file_exists() {
         for f in FILES {
-            assert!(root().join(f).is_file(), "{f} is in FILES but not in the workspace");
+            assert!(
+                root().join(f).is_file(),
+                "{f} is in FILES but not in the workspace"
+            );
         }
     }
 }

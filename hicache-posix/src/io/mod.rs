@@ -187,8 +187,9 @@ impl Root {
 ///
 /// The bytes go to a file no reader can find — a recycled spare of the right size when the
 /// root has one (overwritten in place), else a new temporary file with an unpredictable
-/// name — which is then published under the final name by `renameat2(RENAME_EXCHANGE)` (the
-/// replaced object becomes a spare) or `renameat`. Readers see the old object, the new one,
+/// name — which is then published under the final name by `renameat2(RENAME_NOREPLACE)` for a
+/// new key, `renameat2(RENAME_EXCHANGE)` for a stored one (the replaced object becomes a
+/// spare), or `renameat`. Readers see the old object, the new one,
 /// or none — never a partial one. `sync` says what is flushed before the call returns.
 pub(crate) fn write_object(
     root: &Root,
@@ -308,6 +309,28 @@ fn publish(
     match staged {
         Staged::Spare(id, tmp) => {
             let pool = spares.expect("a spare came from the pool");
+            if pool.exchange.load(Ordering::Relaxed) {
+                // New keys are the common case: publishing without replacing takes one call,
+                // and only a key stored already needs the exchange that keeps the replaced
+                // file as a spare.
+                match beneath::rename_noreplace(
+                    pool.fd(),
+                    tmp.as_cstr(),
+                    bdir.as_fd(),
+                    dst.as_cstr(),
+                ) {
+                    Ok(()) => return Ok(()),
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                    // The bucket dir went: the plain rename below recreates it.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e)
+                        if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) =>
+                    {
+                        pool.exchange.store(false, Ordering::Relaxed)
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
             if pool.exchange.load(Ordering::Relaxed) {
                 match beneath::exchange(pool.fd(), tmp.as_cstr(), bdir.as_fd(), dst.as_cstr()) {
                     Ok(()) => {
