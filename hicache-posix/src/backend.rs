@@ -172,10 +172,10 @@ impl PosixBackend {
         let roots: Arc<[Root]> = roots.into();
         let engine = match cfg.engine {
             EngineChoice::Threads | EngineChoice::Auto => {
-                Engine::Threads(start_threads(cfg, &roots, &root_info)?)
+                Engine::Threads(start_threads(cfg, &roots, &root_info, alignment)?)
             }
             EngineChoice::Uring => Engine::Uring(
-                UringEngine::new(cfg.queue_depth, roots.clone())
+                UringEngine::new(cfg.queue_depth, roots.clone(), alignment)
                     .map_err(|e| Error::io(NAME, "io_uring setup", None, e))?,
             ),
         };
@@ -356,13 +356,14 @@ fn start_threads(
     cfg: &PosixConfig,
     roots: &Arc<[Root]>,
     info: &[RootInfo],
+    align: u64,
 ) -> Result<ThreadEngine> {
     let threads = if cfg.threads == 0 {
         default_threads(info)
     } else {
         cfg.threads
     };
-    ThreadEngine::new(threads, roots.clone())
+    ThreadEngine::new(threads, roots.clone(), align)
         .map_err(|e| Error::io(NAME, "spawn I/O threads", None, e))
 }
 

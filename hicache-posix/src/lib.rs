@@ -11,6 +11,7 @@ mod io;
 mod name;
 mod plan;
 mod probe;
+mod protocol;
 mod spare;
 mod threads;
 mod uring;

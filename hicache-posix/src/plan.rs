@@ -165,7 +165,7 @@ impl Plan {
     }
 
     /// Runs item `i` with blocking syscalls and stores its result.
-    pub(crate) fn run_item(&self, i: usize, roots: &[Root]) {
+    pub(crate) fn run_item(&self, i: usize, roots: &[Root], scratch: &mut io::ReadScratch) {
         if !self.prepared[i] {
             return;
         }
@@ -180,7 +180,9 @@ impl Plan {
             OpKind::Write => {
                 io::write_object(root, bucket, name, self.iov(i), self.sync).map(|()| Outcome::Done)
             }
-            OpKind::Read => io::read_object(root, bucket, name, self.iov(i)).map(Outcome::Read),
+            OpKind::Read => {
+                io::read_object(root, bucket, name, self.iov(i), scratch).map(Outcome::Read)
+            }
             OpKind::Exists => io::object_exists(root, bucket, name).map(Outcome::Exists),
             OpKind::Remove => io::remove_object(root, bucket, name).map(|()| Outcome::Done),
         };

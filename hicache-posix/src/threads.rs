@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::Sender;
 
 use crate::flight::Completion;
-use crate::io::Root;
+use crate::io::{ReadScratch, Root};
 use crate::plan::Plan;
 
 struct Batch {
@@ -22,13 +22,13 @@ struct Batch {
 }
 
 impl Batch {
-    fn work(&self, roots: &[Root]) {
+    fn work(&self, roots: &[Root], scratch: &mut ReadScratch) {
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             if i >= self.plan.len() {
                 break;
             }
-            self.plan.run_item(i, roots);
+            self.plan.run_item(i, roots, scratch);
         }
         self.leave(1);
     }
@@ -58,17 +58,20 @@ impl std::fmt::Debug for ThreadEngine {
 }
 
 impl ThreadEngine {
-    pub(crate) fn new(threads: usize, roots: Arc<[Root]>) -> std::io::Result<Self> {
+    /// `align`: the largest direct-I/O alignment of the roots (it sizes each worker's read
+    /// guard).
+    pub(crate) fn new(threads: usize, roots: Arc<[Root]>, align: u64) -> std::io::Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded::<Arc<Batch>>();
         let workers = (0..threads.max(1))
             .map(|n| {
                 let (rx, roots) = (rx.clone(), roots.clone());
+                let mut scratch = ReadScratch::new(align)?;
                 std::thread::Builder::new()
                     .name(format!("hicache-posix-{n}"))
                     .spawn(move || {
                         // Ends when the engine drops its sender.
                         for batch in rx {
-                            batch.work(&roots);
+                            batch.work(&roots, &mut scratch);
                         }
                     })
             })

@@ -3,8 +3,9 @@
 //! Every path operation goes through [`crate::beneath`]: objects are reached from their
 //! bucket dir's handle by one name, and no link is ever followed. Names are built in stack
 //! buffers and transfers are single vectored syscalls, so the hot path allocates nothing per
-//! page. Short transfers are continued or reported, never counted as success; `EINTR` is
-//! retried.
+//! page. A short write is continued or reported, a short read is a miss (the file ended):
+//! neither counts as success; `EINTR` is retried. What a read saw is judged by
+//! [`crate::protocol`], as for the io_uring engine.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -17,6 +18,7 @@ use hicache_core::{MissReason, ReadOutcome};
 use crate::beneath::{self, RootDir};
 use crate::config::SyncMode;
 use crate::name::Name;
+use crate::protocol::{self, Guard, Stored};
 
 /// A storage dir as the I/O code sees it.
 #[derive(Debug)]
@@ -370,12 +372,36 @@ fn publish(
     }
 }
 
-/// Reads an object whose length must be exactly the iovecs' total.
+/// Room a blocking read reuses, one per I/O thread: the guard block and the iovec list it is
+/// appended to, so a read allocates nothing once the list has grown to the longest object.
+pub(crate) struct ReadScratch {
+    guard: Guard,
+    /// Filled, used and cleared within one read.
+    iov: Vec<libc::iovec>,
+}
+
+// SAFETY: the iovec list holds pointers only during one read on the thread that owns the
+// scratch (it is cleared before the read returns); the guard is owned memory, like a Box.
+unsafe impl Send for ReadScratch {}
+
+impl ReadScratch {
+    /// Scratch for roots whose direct-I/O alignment is at most `align`.
+    pub(crate) fn new(align: u64) -> io::Result<Self> {
+        Ok(ReadScratch {
+            guard: Guard::new(align)?,
+            iov: Vec::new(),
+        })
+    }
+}
+
+/// Reads an object whose length must be exactly the iovecs' total (see
+/// [`crate::protocol`]: one `preadv` of the object and a guard block proves the length).
 pub(crate) fn read_object(
     root: &Root,
     bucket: [u8; 2],
     name: &[u8],
     iov: &[libc::iovec],
+    scratch: &mut ReadScratch,
 ) -> Result<ReadOutcome, IoFailure> {
     let fail = |op, error| IoFailure {
         op,
@@ -395,36 +421,43 @@ pub(crate) fn read_object(
     let fd = loop {
         match beneath::open(bdir.as_fd(), n.as_cstr(), flags, 0) {
             Ok(fd) => break fd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => match root.renewed(bucket, &bdir)? {
-                Some(fresh) => bdir = fresh,
-                None => return Ok(ReadOutcome::Miss(MissReason::NotFound)),
-            },
+            Err(e) if e.raw_os_error().is_some_and(protocol::is_missing) => {
+                match root.renewed(bucket, &bdir)? {
+                    Some(fresh) => bdir = fresh,
+                    None => return Ok(ReadOutcome::Miss(MissReason::NotFound)),
+                }
+            }
             Err(e) => return Err(fail("open", e)),
         }
     };
     let expected: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
-    let st = nix::sys::stat::fstat(&fd).map_err(|e| fail("fstat", e.into()))?;
-    if !beneath::is_file(&st) {
-        return Err(fail(
-            "open",
-            io::Error::new(io::ErrorKind::InvalidData, "not a regular file"),
-        ));
-    }
-    let size = st.st_size as u64;
-    if size != expected {
-        return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
-            expected,
-            found: size,
-        }));
-    }
-    let n = transfer_all(&fd, iov, false).map_err(|e| fail("preadv", e))?;
-    if n != expected {
-        return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
-            expected,
-            found: n,
-        }));
-    }
-    Ok(ReadOutcome::Hit)
+    scratch.iov.clear();
+    scratch.iov.extend_from_slice(iov);
+    scratch.iov.push(scratch.guard.iovec());
+    // A regular file's read stops short only at its end, so one call tells the length: no
+    // continuing (which, under O_DIRECT at an unaligned end, would only fail with EINVAL).
+    let list = &scratch.iov;
+    // SAFETY: the object's iovecs point into memory the caller resolved against a live
+    // registration, the guard's into this thread's scratch; the fd is open.
+    let read = retry_eintr(|| unsafe {
+        libc::preadv(fd.as_raw_fd(), list.as_ptr(), list.len() as libc::c_int, 0)
+    })
+    .map_err(|e| fail("preadv", e));
+    scratch.iov.clear();
+    let read = read? as u64;
+    let look = || {
+        nix::sys::stat::fstat(&fd).ok().map(|st| Stored {
+            regular: beneath::is_file(&st),
+            size: st.st_size as u64,
+        })
+    };
+    protocol::read_outcome(
+        expected,
+        read.min(expected),
+        read.saturating_sub(expected),
+        look,
+    )
+    .map_err(|e| fail("preadv", e))
 }
 
 /// Marks a read in flight for the spare pool's reuse rule.
@@ -455,14 +488,16 @@ pub(crate) fn object_exists(root: &Root, bucket: [u8; 2], name: &[u8]) -> Result
     let mut bdir = root.bucket(bucket)?;
     loop {
         match beneath::stat(bdir.as_fd(), n.as_cstr()) {
-            Ok(st) if beneath::is_link(&st) => {
-                return Err(fail("stat", io::Error::from_raw_os_error(libc::ELOOP)));
+            Ok(st) => {
+                return protocol::exists_by_type(st.st_mode & libc::S_IFMT)
+                    .map_err(|e| fail("stat", e));
             }
-            Ok(st) => return Ok(beneath::is_file(&st)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => match root.renewed(bucket, &bdir)? {
-                Some(fresh) => bdir = fresh,
-                None => return Ok(false),
-            },
+            Err(e) if e.raw_os_error().is_some_and(protocol::is_missing) => {
+                match root.renewed(bucket, &bdir)? {
+                    Some(fresh) => bdir = fresh,
+                    None => return Ok(false),
+                }
+            }
             Err(e) => return Err(fail("stat", e)),
         }
     }

@@ -7,6 +7,22 @@ use crate::name::{NAME_CAP, hex};
 use crate::config::SyncMode::{Data, Full, None as NoSync};
 use std::os::unix::fs::symlink;
 
+/// A read with fresh scratch, as one I/O thread would make it.
+fn read_object(
+    root: &Root,
+    bucket: [u8; 2],
+    name: &[u8],
+    iov: &[libc::iovec],
+) -> Result<ReadOutcome, IoFailure> {
+    super::read_object(
+        root,
+        bucket,
+        name,
+        iov,
+        &mut ReadScratch::new(4096).unwrap(),
+    )
+}
+
 fn root(dir: &std::path::Path, direct: bool) -> Root {
     std::fs::create_dir_all(dir.join("ab")).unwrap();
     Root {

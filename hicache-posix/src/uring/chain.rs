@@ -8,9 +8,10 @@ use crate::NAME;
 use crate::config::SyncMode;
 use crate::name::Name;
 use crate::plan::{self, OpKind, Outcome, Plan};
+use crate::protocol::{self, Stored};
 use hicache_core::{Error, MissReason, ReadOutcome, Result};
 use io_uring::{opcode, squeue, types};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use super::{Driver, MAX_CHAIN};
 
@@ -66,6 +67,9 @@ impl Driver {
         // No O_CLOEXEC: direct descriptors are not process fds, and the kernel rejects the
         // flag when installing into a fixed slot.
         let mut entries: [Option<squeue::Entry>; MAX_CHAIN as usize] = Default::default();
+        // Bit k: step k links to the next with IO_HARDLINK (the chain goes on even when the
+        // step fails or ends short) instead of IO_LINK.
+        let mut hard_links = 0u8;
         let n = match plan.kind {
             OpKind::Write => {
                 slot.tmp = Name::temp();
@@ -112,22 +116,18 @@ impl Driver {
                 k
             }
             OpKind::Read => {
-                let stx = (&mut slot.stx as *mut libc::statx).cast::<types::statx>();
-                entries[0] = Some(
-                    opcode::Statx::new(dirfd, path, stx)
-                        .flags(libc::AT_SYMLINK_NOFOLLOW)
-                        .mask(libc::STATX_SIZE | libc::STATX_TYPE)
-                        .build(),
-                );
+                // See crate::protocol: the object's bytes, then a guard block past its end;
+                // both reads hard-link onward, so a read that ends early (as the guard's
+                // does at the end of the file) still lets the file close.
                 slot.how = types::OpenHow::new()
-                    .flags((libc::O_RDONLY | libc::O_NOFOLLOW | direct) as u64)
+                    .flags((libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | direct) as u64)
                     .resolve(resolve);
-                entries[1] = Some(
+                entries[0] = Some(
                     opcode::OpenAt2::new(dirfd, path, &slot.how)
                         .file_index(Some(dest))
                         .build(),
                 );
-                entries[2] = Some(match fixed_buffer {
+                entries[1] = Some(match fixed_buffer {
                     Some((index, v)) => opcode::ReadFixed::new(
                         fixed,
                         v.iov_base.cast::<u8>(),
@@ -138,7 +138,15 @@ impl Driver {
                     .build(),
                     None => opcode::Readv::new(fixed, iov.as_ptr(), iov.len() as u32).build(),
                 });
+                let expected: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
+                let guard = slot.guard.iovec();
+                entries[2] = Some(
+                    opcode::Read::new(fixed, guard.iov_base.cast::<u8>(), guard.iov_len as u32)
+                        .offset(expected)
+                        .build(),
+                );
                 entries[3] = Some(opcode::Close::new(fixed).build());
+                hard_links = 0b0110;
                 4
             }
             OpKind::Exists => {
@@ -167,10 +175,15 @@ impl Driver {
                 .expect("chain entries are filled in order")
                 .user_data(((slot_id as u64) << 8) | step as u64);
             if step + 1 < n {
-                e = e.flags(squeue::Flags::IO_LINK);
+                e = e.flags(if hard_links & (1 << step) != 0 {
+                    squeue::Flags::IO_HARDLINK
+                } else {
+                    squeue::Flags::IO_LINK
+                });
             }
-            // SAFETY: every pointer in the entry (names, open_how, statx, iovecs) stays valid
-            // until its completion: names, open_how and statx live in the slot, which is not
+            // SAFETY: every pointer in the entry (names, open_how, statx, guard, iovecs) stays
+            // valid until its completion: names, open_how, statx and guard live in the slot,
+            // which is not
             // reused before all of the chain's CQEs arrive; iovecs live in the plan, which the
             // job keeps alive; the bucket dir's handle is held by the slot until then too.
             unsafe { sq.push(&e) }.expect("room checked before starting the chain");
@@ -280,58 +293,45 @@ impl Driver {
                 }
             }
             OpKind::Read => {
-                if res[1] >= 0 && res[3] < 0 {
+                let opened = res[0] >= 0;
+                if opened && res[3] < 0 {
                     self.drop_fixed(slot_id);
                 }
-                let slot = &self.slots[slot_id];
-                let name = slot.name.as_bytes();
-                let missing = |r: i32| r == -libc::ENOENT || r == -libc::ENOTDIR;
-                if missing(res[0]) || missing(res[1]) {
-                    return Ok(Outcome::Read(ReadOutcome::Miss(MissReason::NotFound)));
-                }
-                if res[0] < 0 {
-                    return Err(fail("statx", name, os(res[0])));
-                }
-                let kind = u32::from(slot.stx.stx_mode) & libc::S_IFMT;
-                if kind == libc::S_IFLNK {
-                    return Err(fail("statx", name, os(-libc::ELOOP)));
-                }
-                if kind != libc::S_IFREG {
-                    return Err(fail(
-                        "statx",
-                        name,
-                        io::Error::new(io::ErrorKind::InvalidData, "not a regular file"),
-                    ));
-                }
-                let size = slot.stx.stx_size;
-                if size != expected {
-                    return Ok(Outcome::Read(ReadOutcome::Miss(MissReason::SizeMismatch {
-                        expected,
-                        found: size,
-                    })));
+                let slot = &mut self.slots[slot_id];
+                let name = slot.name.as_bytes().to_vec();
+                if !opened {
+                    if protocol::is_missing(-res[0]) {
+                        return Ok(Outcome::Read(ReadOutcome::Miss(MissReason::NotFound)));
+                    }
+                    return Err(fail("open", &name, os(res[0])));
                 }
                 if res[1] < 0 {
-                    return Err(fail("open", name, os(res[1])));
+                    return Err(fail("preadv", &name, os(res[1])));
                 }
                 if res[2] < 0 {
-                    return Err(fail("preadv", name, os(res[2])));
+                    return Err(fail("pread past the end", &name, os(res[2])));
                 }
-                if res[2] as u64 != expected {
-                    return Ok(Outcome::Read(ReadOutcome::Miss(MissReason::SizeMismatch {
-                        expected,
-                        found: res[2] as u64,
-                    })));
-                }
-                Ok(Outcome::Read(ReadOutcome::Hit))
+                // The file is closed by now: a miss looks at the name again (what is there
+                // now, for the message and to refuse what is not a regular file).
+                let look = || {
+                    let dir = slot.bucket.as_ref()?;
+                    let st = crate::beneath::stat(dir.as_fd(), slot.name.as_cstr()).ok()?;
+                    Some(Stored {
+                        regular: crate::beneath::is_file(&st),
+                        size: st.st_size as u64,
+                    })
+                };
+                protocol::read_outcome(expected, res[1] as u64, res[2] as u64, look)
+                    .map(Outcome::Read)
+                    .map_err(|e| fail("preadv", &name, e))
             }
             OpKind::Exists => {
                 let slot = &self.slots[slot_id];
                 match res[0] {
-                    0 => match u32::from(slot.stx.stx_mode) & libc::S_IFMT {
-                        libc::S_IFLNK => Err(fail("statx", slot.name.as_bytes(), os(-libc::ELOOP))),
-                        kind => Ok(Outcome::Exists(kind == libc::S_IFREG)),
-                    },
-                    r if r == -libc::ENOENT || r == -libc::ENOTDIR => Ok(Outcome::Exists(false)),
+                    0 => protocol::exists_by_type(u32::from(slot.stx.stx_mode) & libc::S_IFMT)
+                        .map(Outcome::Exists)
+                        .map_err(|e| fail("statx", slot.name.as_bytes(), e)),
+                    r if protocol::is_missing(-r) => Ok(Outcome::Exists(false)),
                     r => Err(fail("statx", slot.name.as_bytes(), os(r))),
                 }
             }

@@ -4,7 +4,7 @@
 //! | operation | chain (fixed-file slot per object) |
 //! |---|---|
 //! | write | `OPENAT2(temp) → WRITEV → [FSYNC data] → CLOSE → RENAMEAT(temp → name) → [FSYNC bucket dir]` |
-//! | read | `STATX(name) → OPENAT2(name) → READV → CLOSE` |
+//! | read | `OPENAT2(name) → READV (or READ_FIXED) ⇒ READ(guard, past the end) ⇒ CLOSE` |
 //! | exists | `STATX(name)` |
 //! | remove | `UNLINKAT(name)` |
 //!
@@ -14,7 +14,9 @@
 //! [`hicache_core::Error::UnsafePath`]. A chain that fails because its bucket dir was removed
 //! meanwhile is started again once on the recreated dir.
 //!
-//! A failing or short step cancels the rest of its chain (the kernel treats a short read or
+//! `⇒` is a hard link: the chain goes on when the step fails or ends short (the read's length
+//! is judged by [`crate::protocol`], the file must still close). Elsewhere a failing or short
+//! step cancels the rest of its chain (the kernel treats a short read or
 //! write in a link as a failure); the completion handler then closes a file left open, removes
 //! a temporary file, and reports the item — a short transfer is never counted as success.
 //! Paths live in a slab allocated once, so the hot path allocates nothing per page.
@@ -41,6 +43,7 @@ use crate::flight::Completion;
 use crate::io::Root;
 use crate::name::Name;
 use crate::plan::Plan;
+use crate::protocol::Guard;
 use io_uring::{IoUring, Probe, opcode, types};
 use std::os::fd::OwnedFd;
 
@@ -115,15 +118,20 @@ pub(crate) fn check_support(depth: u32) -> io::Result<IoUring> {
 }
 
 impl UringEngine {
-    pub(crate) fn new(depth: u32, roots: Arc<[Root]>) -> io::Result<Self> {
+    /// `align`: the largest direct-I/O alignment of the roots (it sizes each slot's read
+    /// guard).
+    pub(crate) fn new(depth: u32, roots: Arc<[Root]>, align: u64) -> io::Result<Self> {
         let ring = check_support(depth)?;
         let slots = (depth / MAX_CHAIN).max(1) as usize;
+        let guards = (0..slots)
+            .map(|_| Guard::new(align))
+            .collect::<io::Result<Vec<_>>>()?;
         let (tx, rx) = channel();
         let fixed = Arc::new(AtomicU64::new(0));
         let counter = fixed.clone();
         let thread = std::thread::Builder::new()
             .name("hicache-uring".into())
-            .spawn(move || Driver::new(ring, roots, slots, counter).run(rx))?;
+            .spawn(move || Driver::new(ring, roots, guards, counter).run(rx))?;
         Ok(UringEngine {
             tx: Mutex::new(Some(tx)),
             thread: Some(thread),
@@ -199,6 +207,8 @@ struct Slot {
     /// Whether the item was started again after its bucket dir was recreated.
     retried: bool,
     stx: libc::statx,
+    /// Where a read's bytes past the object's expected end land.
+    guard: Guard,
     job: usize,
     item: usize,
     pending: u32,
@@ -228,7 +238,8 @@ struct Driver {
 }
 
 impl Driver {
-    fn new(ring: IoUring, roots: Arc<[Root]>, n: usize, fixed: Arc<AtomicU64>) -> Self {
+    fn new(ring: IoUring, roots: Arc<[Root]>, guards: Vec<Guard>, fixed: Arc<AtomicU64>) -> Self {
+        let n = guards.len();
         let free_buffers = match ring.submitter().register_buffers_sparse(BUFFER_SLOTS) {
             Ok(()) => (0..BUFFER_SLOTS as u16).rev().collect(),
             Err(e) => {
@@ -236,8 +247,9 @@ impl Driver {
                 Vec::new()
             }
         };
-        let slots = (0..n)
-            .map(|_| Slot {
+        let slots = guards
+            .into_iter()
+            .map(|guard| Slot {
                 name: Name::new(),
                 tmp: Name::new(),
                 how: types::OpenHow::new(),
@@ -245,6 +257,7 @@ impl Driver {
                 retried: false,
                 // SAFETY: statx is plain old data; all-zero is a valid value.
                 stx: unsafe { std::mem::zeroed() },
+                guard,
                 job: 0,
                 item: 0,
                 pending: 0,

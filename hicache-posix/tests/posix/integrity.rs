@@ -5,11 +5,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::{
-    ENGINES, backend, connector, connector_with, fill, geometry, keys, mha, page, parents, walk,
+    ENGINES, backend, backend_with, connector, connector_with, fill, geometry, keys, mha, page,
+    parents, walk,
 };
+use hicache_core::raw::{AlignedBuf, ObjectKey, ReadItem, Slice, StorageBackend, WriteItem};
 use hicache_core::{
-    BlockingHiCache, HostPool, HostSlots, Layout, MissReason, MmapPool, PageKey, PoolGeometry,
-    ReadOutcome, scatter_page,
+    BlockingHiCache, HostPool, HostSlots, Layout, MemoryRegion, MissReason, MmapPool, PageKey,
+    PoolGeometry, ReadOutcome, scatter_page,
 };
 
 #[tokio::test]
@@ -296,4 +298,78 @@ async fn a_writer_killed_mid_way_never_leaves_a_readable_torn_page() {
         killed_mid_write > 0,
         "no kill landed inside a write; the test proved nothing"
     );
+}
+
+/// A read racing a writer that keeps replacing an object with a longer one under the same
+/// name takes the short object whole or misses: never the first bytes of the longer one
+/// (the io_uring engine once sized the name with one call and opened it with another, so a
+/// replacement in between was checked against the wrong size). Both engines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_racing_a_replacement_never_takes_a_longer_object() {
+    const N: u64 = 4096;
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Arc::new(backend_with(dir.path(), false, engine));
+        let src = MemoryRegion::from_aligned(AlignedBuf::zeroed(3 * N as usize, 4096).unwrap());
+        let dst = MemoryRegion::from_aligned(AlignedBuf::zeroed(N as usize, 4096).unwrap());
+        src.target(0, N, "short")
+            .unwrap()
+            .copy_from(0, &[0xAA; N as usize])
+            .unwrap();
+        src.target(N, 2 * N, "long")
+            .unwrap()
+            .copy_from(0, &[0xBB; 2 * N as usize])
+            .unwrap();
+        let (src_id, dst_id) = (b.register(src).unwrap(), b.register(dst.clone()).unwrap());
+        let key = ObjectKey::new("raced").unwrap();
+        let short = [Slice::new(src_id, 0, N)];
+        let w = b
+            .write(&[WriteItem {
+                key: &key,
+                segments: &short,
+            }])
+            .await;
+        assert!(w[0].is_ok(), "{:?}", w[0]);
+        let writer = {
+            let (b, key) = (b.clone(), key.clone());
+            tokio::spawn(async move {
+                let long = [Slice::new(src_id, N, 2 * N)];
+                for i in 0..4000 {
+                    let segments: &[Slice] = if i % 2 == 0 { &long } else { &short };
+                    let w = b
+                        .write(&[WriteItem {
+                            key: &key,
+                            segments,
+                        }])
+                        .await;
+                    assert!(w[0].is_ok(), "{:?}", w[0]);
+                }
+            })
+        };
+        let into = [Slice::new(dst_id, 0, N)];
+        let (mut hits, mut misses) = (0, 0);
+        while !writer.is_finished() {
+            let r = b
+                .read(&[ReadItem {
+                    key: &key,
+                    segments: &into,
+                }])
+                .await;
+            match &r[0] {
+                Ok(ReadOutcome::Hit) => {
+                    let bytes = dst.source(0, N, "read").unwrap();
+                    let bytes = bytes.host_bytes().unwrap();
+                    assert!(
+                        bytes.iter().all(|&x| x == 0xAA),
+                        "{engine:?}: a hit holds the longer object's bytes"
+                    );
+                    hits += 1;
+                }
+                Ok(ReadOutcome::Miss(MissReason::SizeMismatch { expected: N, .. })) => misses += 1,
+                other => panic!("{engine:?}: {other:?}"),
+            }
+        }
+        writer.await.unwrap();
+        assert!(hits + misses > 0, "{engine:?}: no read ran");
+    }
 }

@@ -1,0 +1,170 @@
+//! What an object operation's system calls mean, decided in one place for both engines (the
+//! thread pool runs the calls one by one, io_uring as a linked chain), so the two cannot
+//! drift apart.
+//!
+//! **Read**: `open(name) → read(expected bytes + a guard block) → close`. The guard asks for
+//! bytes past the expected end in the same call, so one read of the opened file proves its
+//! length: no `stat` before the open that a concurrent replacement could slip past, and no
+//! `fstat` after it. Only a miss looks closer (at the opened file where it is still open), to
+//! report the stored size and to refuse what is not a regular file.
+//!
+//! **Exists**: `stat(name)` without following links: a regular file exists, a link is an
+//! error, anything else is absent.
+
+use std::io;
+
+use hicache_core::raw::AlignedBuf;
+use hicache_core::{MissReason, ReadOutcome};
+
+/// Bytes a read asks for past the object's expected end (at least; a direct-I/O root with a
+/// larger alignment gets a guard of its alignment).
+pub(crate) const GUARD_LEN: usize = 4096;
+
+/// Room for the bytes past an object's expected end. The kernel writes there only when the
+/// stored file is longer than expected; nothing ever reads it.
+#[derive(Debug)]
+pub(crate) struct Guard(AlignedBuf);
+
+impl Guard {
+    /// A guard for roots whose direct-I/O alignment is at most `align`.
+    pub(crate) fn new(align: u64) -> io::Result<Self> {
+        let len = GUARD_LEN.max(usize::try_from(align).unwrap_or(usize::MAX));
+        AlignedBuf::zeroed(len, len)
+            .map(Guard)
+            .map_err(|e| io::Error::new(io::ErrorKind::OutOfMemory, e.to_string()))
+    }
+
+    /// The guard as one iovec, appended after an object's iovecs.
+    pub(crate) fn iovec(&mut self) -> libc::iovec {
+        libc::iovec {
+            iov_base: self.0.as_mut_ptr().cast(),
+            iov_len: self.0.len(),
+        }
+    }
+}
+
+/// What the stored file turned out to be, looked up only when a read did not fit.
+pub(crate) struct Stored {
+    /// A regular file.
+    pub(crate) regular: bool,
+    /// Its size.
+    pub(crate) size: u64,
+}
+
+/// The outcome of a read that asked for `expected` bytes and a guard: `got` bytes landed
+/// before the object's expected end and `beyond` in the guard. `look` tells what is stored,
+/// for a read that did not fit (None when it cannot be told: the size is then what the read
+/// saw).
+pub(crate) fn read_outcome(
+    expected: u64,
+    got: u64,
+    beyond: u64,
+    look: impl FnOnce() -> Option<Stored>,
+) -> io::Result<ReadOutcome> {
+    if got == expected && beyond == 0 {
+        return Ok(ReadOutcome::Hit);
+    }
+    let found = match look() {
+        Some(stored) if !stored.regular => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a regular file",
+            ));
+        }
+        Some(stored) => stored.size,
+        None => got + beyond,
+    };
+    Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
+        expected,
+        found,
+    }))
+}
+
+/// Whether an error from opening or stating a name means it is absent.
+pub(crate) fn is_missing(errno: i32) -> bool {
+    errno == libc::ENOENT || errno == libc::ENOTDIR
+}
+
+/// Whether a name exists as an object, from its file type (`st_mode & S_IFMT`) as `stat`
+/// reports it without following links.
+pub(crate) fn exists_by_type(kind: u32) -> io::Result<bool> {
+    match kind {
+        libc::S_IFLNK => Err(io::Error::from_raw_os_error(libc::ELOOP)),
+        kind => Ok(kind == libc::S_IFREG),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn regular(size: u64) -> impl FnOnce() -> Option<Stored> {
+        move || {
+            Some(Stored {
+                regular: true,
+                size,
+            })
+        }
+    }
+
+    #[test]
+    fn a_read_hits_only_when_the_file_ends_where_expected() {
+        let never = || -> Option<Stored> { panic!("a hit looks no closer") };
+        assert_eq!(read_outcome(8, 8, 0, never).unwrap(), ReadOutcome::Hit);
+        let shorter = read_outcome(8, 5, 0, regular(5)).unwrap();
+        assert_eq!(
+            shorter,
+            ReadOutcome::Miss(MissReason::SizeMismatch {
+                expected: 8,
+                found: 5
+            })
+        );
+        // Longer than expected plus the guard: the stored size, not what the read saw.
+        let longer = read_outcome(8, 8, 4096, regular(100_000)).unwrap();
+        assert_eq!(
+            longer,
+            ReadOutcome::Miss(MissReason::SizeMismatch {
+                expected: 8,
+                found: 100_000
+            })
+        );
+        let unknown = read_outcome(8, 8, 3, || None).unwrap();
+        assert_eq!(
+            unknown,
+            ReadOutcome::Miss(MissReason::SizeMismatch {
+                expected: 8,
+                found: 11
+            })
+        );
+    }
+
+    #[test]
+    fn what_is_not_a_regular_file_is_an_error_not_a_miss() {
+        let fifo = || {
+            Some(Stored {
+                regular: false,
+                size: 0,
+            })
+        };
+        assert!(read_outcome(8, 0, 0, fifo).is_err());
+    }
+
+    #[test]
+    fn links_are_errors_and_only_regular_files_exist() {
+        assert!(exists_by_type(libc::S_IFLNK).is_err());
+        assert!(exists_by_type(libc::S_IFREG).unwrap());
+        assert!(!exists_by_type(libc::S_IFDIR).unwrap());
+        assert!(!exists_by_type(libc::S_IFIFO).unwrap());
+        assert!(is_missing(libc::ENOENT) && is_missing(libc::ENOTDIR));
+        assert!(!is_missing(libc::EACCES));
+    }
+
+    #[test]
+    fn guards_cover_the_alignment() {
+        let v = Guard::new(512).unwrap().iovec();
+        assert_eq!(v.iov_len, GUARD_LEN);
+        assert_eq!(v.iov_base as usize % GUARD_LEN, 0);
+        let v = Guard::new(65536).unwrap().iovec();
+        assert_eq!((v.iov_len, v.iov_base as usize % 65536), (65536, 0));
+    }
+}
