@@ -10,6 +10,15 @@
 //!
 //! **Exists**: `stat(name)` without following links: a regular file exists, a link is an
 //! error, anything else is absent.
+//!
+//! **Publish** (a write staged in a spare file): `renameat2(RENAME_NOREPLACE)` publishes a new
+//! key in one call; a stored key ([`AfterRename::Exchange`]) is replaced by
+//! `renameat2(RENAME_EXCHANGE)`, which leaves the replaced file under the spare's name to be
+//! [recycled](recycle). A filesystem without `renameat2` flags, or a key that vanished between
+//! the two calls, falls back to a plain rename.
+//!
+//! **Remove**: a regular file moves into the spare dir and is [recycled](recycle); anything
+//! else under the name is unlinked (a link itself, never what it points to).
 
 use std::io;
 
@@ -94,6 +103,56 @@ pub(crate) fn exists_by_type(kind: u32) -> io::Result<bool> {
     }
 }
 
+/// What comes after a publishing rename of a staged spare, from its result.
+#[derive(Debug)]
+pub(crate) enum AfterRename {
+    /// The object is published.
+    Published,
+    /// The key is stored already: exchange the staged file with it.
+    Exchange,
+    /// `renameat2` flags are not supported here (turn them off) or there was nothing to
+    /// exchange with: a plain rename publishes.
+    Rename {
+        /// Whether the filesystem refused the flags.
+        unsupported: bool,
+    },
+    /// The bucket dir is gone: recreate it, then rename.
+    BucketGone,
+    /// The publish failed.
+    Failed(io::Error),
+}
+
+/// Reads the result of `renameat2(RENAME_NOREPLACE)` (`exchanged` false) or
+/// `renameat2(RENAME_EXCHANGE)` (`exchanged` true) of a staged spare over the final name.
+pub(crate) fn after_rename(result: io::Result<()>, exchanged: bool) -> AfterRename {
+    let Err(e) = result else {
+        return AfterRename::Published;
+    };
+    match e.raw_os_error() {
+        Some(libc::EEXIST) if !exchanged => AfterRename::Exchange,
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => AfterRename::Rename { unsupported: true },
+        // Exchange: the stored object went between the two calls, or the bucket dir did; a
+        // plain rename publishes, recreating the dir when it has to.
+        Some(libc::ENOENT) if exchanged => AfterRename::Rename { unsupported: false },
+        Some(libc::ENOENT) => AfterRename::BucketGone,
+        _ => AfterRename::Failed(e),
+    }
+}
+
+/// Keeps the file now under spare `id` for a later write when it is a regular file and the
+/// pool has room; false when the caller must unlink it instead (a link planted under the
+/// key is unlinked, never kept).
+pub(crate) fn recycle(
+    pool: &crate::spare::SparePool,
+    id: u64,
+    found: io::Result<nix::sys::stat::FileStat>,
+) -> bool {
+    match found {
+        Ok(st) if crate::beneath::is_file(&st) => pool.give(id, st.st_size as u64),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +216,35 @@ mod tests {
         assert!(!exists_by_type(libc::S_IFIFO).unwrap());
         assert!(is_missing(libc::ENOENT) && is_missing(libc::ENOTDIR));
         assert!(!is_missing(libc::EACCES));
+    }
+
+    #[test]
+    fn a_publish_goes_on_by_what_the_rename_said() {
+        let err = |n| Err(io::Error::from_raw_os_error(n));
+        assert!(matches!(
+            after_rename(Ok(()), false),
+            AfterRename::Published
+        ));
+        assert!(matches!(
+            after_rename(err(libc::EEXIST), false),
+            AfterRename::Exchange
+        ));
+        assert!(matches!(
+            after_rename(err(libc::EINVAL), false),
+            AfterRename::Rename { unsupported: true }
+        ));
+        assert!(matches!(
+            after_rename(err(libc::ENOENT), false),
+            AfterRename::BucketGone
+        ));
+        assert!(matches!(
+            after_rename(err(libc::ENOENT), true),
+            AfterRename::Rename { unsupported: false }
+        ));
+        assert!(matches!(
+            after_rename(err(libc::EACCES), true),
+            AfterRename::Failed(_)
+        ));
     }
 
     #[test]

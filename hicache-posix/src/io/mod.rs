@@ -18,7 +18,7 @@ use hicache_core::{MissReason, ReadOutcome};
 use crate::beneath::{self, RootDir};
 use crate::config::SyncMode;
 use crate::name::Name;
-use crate::protocol::{self, Guard, Stored};
+use crate::protocol::{self, AfterRename, Guard, Stored};
 
 /// A storage dir as the I/O code sees it.
 #[derive(Debug)]
@@ -312,49 +312,47 @@ fn publish(
         Staged::Spare(id, tmp) => {
             let pool = spares.expect("a spare came from the pool");
             if pool.exchange.load(Ordering::Relaxed) {
-                // New keys are the common case: publishing without replacing takes one call,
-                // and only a key stored already needs the exchange that keeps the replaced
-                // file as a spare.
-                match beneath::rename_noreplace(
+                let mut exchanged = false;
+                let mut result = beneath::rename_noreplace(
                     pool.fd(),
                     tmp.as_cstr(),
                     bdir.as_fd(),
                     dst.as_cstr(),
-                ) {
-                    Ok(()) => return Ok(()),
-                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-                    // The bucket dir went: the plain rename below recreates it.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e)
-                        if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) =>
-                    {
-                        pool.exchange.store(false, Ordering::Relaxed)
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            if pool.exchange.load(Ordering::Relaxed) {
-                match beneath::exchange(pool.fd(), tmp.as_cstr(), bdir.as_fd(), dst.as_cstr()) {
-                    Ok(()) => {
-                        // The replaced object now has the spare's name: keep it for the next
-                        // write (a link planted under the key is unlinked, never kept).
-                        match beneath::stat(pool.fd(), tmp.as_cstr()) {
-                            Ok(st)
-                                if beneath::is_file(&st) && pool.give(*id, st.st_size as u64) => {}
-                            _ => {
+                );
+                loop {
+                    match protocol::after_rename(result, exchanged) {
+                        AfterRename::Published => {
+                            // An exchange left the replaced object under the spare's name.
+                            if exchanged
+                                && !protocol::recycle(
+                                    pool,
+                                    *id,
+                                    beneath::stat(pool.fd(), tmp.as_cstr()),
+                                )
+                            {
                                 let _ = beneath::unlink(pool.fd(), tmp.as_cstr());
                             }
+                            return Ok(());
                         }
-                        return Ok(());
+                        AfterRename::Exchange => {
+                            exchanged = true;
+                            result = beneath::exchange(
+                                pool.fd(),
+                                tmp.as_cstr(),
+                                bdir.as_fd(),
+                                dst.as_cstr(),
+                            );
+                        }
+                        AfterRename::Rename { unsupported } => {
+                            if unsupported {
+                                pool.exchange.store(false, Ordering::Relaxed);
+                            }
+                            break;
+                        }
+                        // The plain rename below recreates the bucket dir.
+                        AfterRename::BucketGone => break,
+                        AfterRename::Failed(e) => return Err(e),
                     }
-                    // Nothing to replace (or the bucket dir went): a plain rename publishes.
-                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                    Err(e)
-                        if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) =>
-                    {
-                        pool.exchange.store(false, Ordering::Relaxed)
-                    }
-                    Err(e) => return Err(e),
                 }
             }
             match beneath::rename(pool.fd(), tmp.as_cstr(), bdir.as_fd(), dst.as_cstr()) {
@@ -522,11 +520,8 @@ pub(crate) fn remove_object(root: &Root, bucket: [u8; 2], name: &[u8]) -> Result
         if beneath::rename(bdir.as_fd(), n.as_cstr(), pool.fd(), spare.as_cstr()).is_ok() {
             // Between the stat and the rename the name may have changed hands: only a
             // regular file is kept.
-            match beneath::stat(pool.fd(), spare.as_cstr()) {
-                Ok(st) if beneath::is_file(&st) && pool.give(id, st.st_size as u64) => {}
-                _ => {
-                    let _ = beneath::unlink(pool.fd(), spare.as_cstr());
-                }
+            if !protocol::recycle(pool, id, beneath::stat(pool.fd(), spare.as_cstr())) {
+                let _ = beneath::unlink(pool.fd(), spare.as_cstr());
             }
             return Ok(());
         }
