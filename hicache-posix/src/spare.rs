@@ -230,13 +230,22 @@ impl SparePool {
         match beneath::open(self.fd(), n.as_cstr(), flags, file_mode) {
             Ok(fd) => Some((id, n, fd)),
             Err(e) => {
-                if e.kind() == io::ErrorKind::NotFound && beneath::is_removed(self.fd()) {
-                    tracing::warn!(dir = %self.path.display(), "this process's spare dir was removed; writes use temporary files from now on");
-                    self.lost.store(true, Ordering::Relaxed);
+                if e.kind() == io::ErrorKind::NotFound {
+                    self.lost_if_removed();
                 }
                 None
             }
         }
+    }
+
+    /// Whether our dir was removed from the tree (someone cleaned the root); from then on
+    /// the pool is lost and writes use temporary files.
+    pub(crate) fn lost_if_removed(&self) -> bool {
+        if !self.is_lost() && beneath::is_removed(self.fd()) {
+            tracing::warn!(dir = %self.path.display(), "this process's spare dir was removed; writes use temporary files from now on");
+            self.lost.store(true, Ordering::Relaxed);
+        }
+        self.is_lost()
     }
 
     /// A fresh, unused spare name.

@@ -1,19 +1,57 @@
-//! One object operation as a linked chain of SQEs ([`Driver::start`]), and its completions
-//! read back into an outcome ([`Driver::complete`]).
+//! Object operations as chains of linked SQEs, one chain per [`Phase`]: [`Driver::start`]
+//! queues an operation's first chain, [`Driver::complete`] reads a finished chain through
+//! [`crate::protocol`] and either ends the operation or queues its next phase on the same
+//! slot (a publish that found its key stored goes on to the exchange; a removal goes on from
+//! its `STATX` to the spare dir or to an unlink).
 
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::NAME;
 use crate::config::SyncMode;
+use crate::io::{IoFailure, Root};
 use crate::name::Name;
 use crate::plan::{self, OpKind, Outcome, Plan};
-use crate::protocol::{self, Stored};
+use crate::protocol::{self, AfterRename, Stored};
+use crate::spare::SparePool;
 use hicache_core::{Error, MissReason, ReadOutcome, Result};
 use io_uring::{opcode, squeue, types};
-use std::os::fd::{AsFd, AsRawFd};
 
-use super::{Driver, MAX_CHAIN};
+use super::{Driver, MAX_CHAIN, Phase};
+
+/// Up to [`MAX_CHAIN`] entries and how each links to the next.
+#[derive(Default)]
+struct Chain {
+    entries: [Option<squeue::Entry>; MAX_CHAIN as usize],
+    len: usize,
+    /// Bit k: step k links to the next with IO_HARDLINK (the chain goes on even when the
+    /// step fails or ends short) instead of IO_LINK.
+    hard: u8,
+}
+
+impl Chain {
+    fn push(&mut self, entry: squeue::Entry) {
+        self.entries[self.len] = Some(entry);
+        self.len += 1;
+    }
+
+    /// Pushes a step after which the chain goes on whatever its result.
+    fn push_hard(&mut self, entry: squeue::Entry) {
+        self.hard |= 1 << self.len;
+        self.push(entry);
+    }
+}
+
+/// The root's spare pool, when writes stage and removals recycle through it.
+fn pool(root: &Root) -> Option<&SparePool> {
+    root.spares.as_ref().filter(|p| !p.is_lost())
+}
+
+fn os(r: i32) -> io::Error {
+    io::Error::from_raw_os_error(-r)
+}
 
 impl Driver {
     pub(super) fn start(
@@ -24,11 +62,11 @@ impl Driver {
         plan: &Plan,
         retried: bool,
     ) -> Result<()> {
-        let (root, bucket) = plan.routes[item];
-        let root = &self.roots[root];
+        let (root_id, bucket) = plan.routes[item];
+        let root = &self.roots[root_id];
         let name = plan.name(item);
         let bucket_fd = root.dir.bucket(bucket).map_err(|e| {
-            plan::to_error(crate::io::IoFailure {
+            plan::to_error(IoFailure {
                 op: "open bucket dir",
                 path: root.dir.bucket_path(bucket),
                 error: e,
@@ -37,7 +75,7 @@ impl Driver {
         let dirfd = types::Fd(bucket_fd.as_raw_fd());
         let slot = &mut self.slots[slot_id];
         slot.name = Name::object(name).map_err(|e| {
-            plan::to_error(crate::io::IoFailure {
+            plan::to_error(IoFailure {
                 op: "build name",
                 path: root.dir.object_path(bucket, name),
                 error: e,
@@ -45,14 +83,17 @@ impl Driver {
         })?;
         slot.bucket = Some(bucket_fd);
         slot.retried = retried;
+        slot.renewed = false;
+        slot.spare = None;
+        slot.root = root_id;
         slot.job = job;
         slot.item = item;
-        slot.res = [0; MAX_CHAIN as usize];
         let path = slot.name.as_cstr().as_ptr();
         let fixed = types::Fixed(slot_id as u32);
         let dest = types::DestinationSlot::try_from_slot_target(slot_id as u32)
             .map_err(|_| Error::backend(NAME, "io_uring file slot out of range"))?;
         let iov = plan.iov(item);
+        let expected: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
         // One segment inside a registered fixed buffer moves with READ_FIXED / WRITE_FIXED.
         let fixed_buffer = plan.single_region[item]
             .and_then(|r| self.buffers.get(&r))
@@ -64,29 +105,47 @@ impl Driver {
             });
         let direct = if root.direct { libc::O_DIRECT } else { 0 };
         let resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
+        let mut chain = Chain::default();
         // No O_CLOEXEC: direct descriptors are not process fds, and the kernel rejects the
         // flag when installing into a fixed slot.
-        let mut entries: [Option<squeue::Entry>; MAX_CHAIN as usize] = Default::default();
-        // Bit k: step k links to the next with IO_HARDLINK (the chain goes on even when the
-        // step fails or ends short) instead of IO_LINK.
-        let mut hard_links = 0u8;
-        let n = match plan.kind {
+        match plan.kind {
             OpKind::Write => {
-                slot.tmp = Name::temp();
+                slot.phase = Phase::Main;
+                // Stage in a spare of the right size (overwritten in place) or a new one, in
+                // this process's spare dir; without one, in a temp file in the bucket dir.
+                let (stage_dir, create, rename) = match pool(root) {
+                    Some(pool) => {
+                        let (id, create) = match pool.take(expected) {
+                            Some(id) => (id, 0),
+                            None => (pool.fresh(), libc::O_CREAT | libc::O_EXCL),
+                        };
+                        slot.tmp = Name::spare(id);
+                        slot.spare = Some(id);
+                        let flags = if pool.exchange.load(Ordering::Relaxed) {
+                            libc::RENAME_NOREPLACE
+                        } else {
+                            0
+                        };
+                        (types::Fd(pool.fd().as_raw_fd()), create, flags)
+                    }
+                    None => {
+                        slot.tmp = Name::temp();
+                        (dirfd, libc::O_CREAT | libc::O_EXCL, 0)
+                    }
+                };
+                // openat2 refuses a mode without O_CREAT.
+                let mode = if create != 0 { root.file_mode } else { 0 };
                 slot.how = types::OpenHow::new()
-                    .flags(
-                        (libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | direct)
-                            as u64,
-                    )
-                    .mode(u64::from(root.file_mode))
+                    .flags((libc::O_WRONLY | create | libc::O_NOFOLLOW | direct) as u64)
+                    .mode(u64::from(mode))
                     .resolve(resolve);
                 let tmp = slot.tmp.as_cstr().as_ptr();
-                entries[0] = Some(
-                    opcode::OpenAt2::new(dirfd, tmp, &slot.how)
+                chain.push(
+                    opcode::OpenAt2::new(stage_dir, tmp, &slot.how)
                         .file_index(Some(dest))
                         .build(),
                 );
-                entries[1] = Some(match fixed_buffer {
+                chain.push(match fixed_buffer {
                     Some((index, v)) => opcode::WriteFixed::new(
                         fixed,
                         v.iov_base.cast::<u8>().cast_const(),
@@ -97,37 +156,42 @@ impl Driver {
                     .build(),
                     None => opcode::Writev::new(fixed, iov.as_ptr(), iov.len() as u32).build(),
                 });
-                let mut k = 2;
                 if plan.sync != SyncMode::None {
-                    entries[k] = Some(
+                    chain.push(
                         opcode::Fsync::new(fixed)
                             .flags(types::FsyncFlags::DATASYNC)
                             .build(),
                     );
-                    k += 1;
                 }
-                entries[k] = Some(opcode::Close::new(fixed).build());
-                entries[k + 1] = Some(opcode::RenameAt::new(dirfd, tmp, dirfd, path).build());
-                k += 2;
+                chain.push(opcode::Close::new(fixed).build());
+                chain.push(
+                    opcode::RenameAt::new(stage_dir, tmp, dirfd, path)
+                        .flags(rename)
+                        .build(),
+                );
                 if plan.sync == SyncMode::Full {
-                    entries[k] = Some(opcode::Fsync::new(dirfd).build());
-                    k += 1;
+                    chain.push(opcode::Fsync::new(dirfd).build());
                 }
-                k
             }
             OpKind::Read => {
+                slot.phase = Phase::Main;
+                // Spares are not reused while a read that may hold one of their inodes runs.
+                if let Some(pool) = root.spares.as_ref() {
+                    pool.reads.enter();
+                    slot.reading = true;
+                }
                 // See crate::protocol: the object's bytes, then a guard block past its end;
                 // both reads hard-link onward, so a read that ends early (as the guard's
                 // does at the end of the file) still lets the file close.
                 slot.how = types::OpenHow::new()
                     .flags((libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | direct) as u64)
                     .resolve(resolve);
-                entries[0] = Some(
+                chain.push(
                     opcode::OpenAt2::new(dirfd, path, &slot.how)
                         .file_index(Some(dest))
                         .build(),
                 );
-                entries[1] = Some(match fixed_buffer {
+                chain.push_hard(match fixed_buffer {
                     Some((index, v)) => opcode::ReadFixed::new(
                         fixed,
                         v.iov_base.cast::<u8>(),
@@ -138,44 +202,66 @@ impl Driver {
                     .build(),
                     None => opcode::Readv::new(fixed, iov.as_ptr(), iov.len() as u32).build(),
                 });
-                let expected: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
                 let guard = slot.guard.iovec();
-                entries[2] = Some(
+                chain.push_hard(
                     opcode::Read::new(fixed, guard.iov_base.cast::<u8>(), guard.iov_len as u32)
                         .offset(expected)
                         .build(),
                 );
-                entries[3] = Some(opcode::Close::new(fixed).build());
-                hard_links = 0b0110;
-                4
+                chain.push(opcode::Close::new(fixed).build());
             }
             OpKind::Exists => {
+                slot.phase = Phase::Main;
                 let stx = (&mut slot.stx as *mut libc::statx).cast::<types::statx>();
-                entries[0] = Some(
+                chain.push(
                     opcode::Statx::new(dirfd, path, stx)
                         .flags(libc::AT_SYMLINK_NOFOLLOW)
                         .mask(libc::STATX_TYPE)
                         .build(),
                 );
-                1
             }
             OpKind::Remove => {
-                entries[0] = Some(opcode::UnlinkAt::new(dirfd, path).build());
-                1
+                if pool(root).is_some() {
+                    // A regular file is recycled; first ask what is under the name.
+                    slot.phase = Phase::RemoveStat;
+                    let stx = (&mut slot.stx as *mut libc::statx).cast::<types::statx>();
+                    chain.push(
+                        opcode::Statx::new(dirfd, path, stx)
+                            .flags(libc::AT_SYMLINK_NOFOLLOW)
+                            .mask(libc::STATX_TYPE)
+                            .build(),
+                    );
+                } else {
+                    slot.phase = Phase::Unlink;
+                    chain.push(opcode::UnlinkAt::new(dirfd, path).build());
+                }
             }
-        };
-        if fixed_buffer.is_some() {
+        }
+        if fixed_buffer.is_some() && matches!(plan.kind, OpKind::Write | OpKind::Read) {
             self.fixed.fetch_add(1, Ordering::Relaxed);
         }
-        slot.steps = n as u32;
-        slot.pending = n as u32;
+        self.queue_chain(slot_id, chain)
+    }
+
+    /// Queues `chain` for the slot; its completions are counted back in `reap`.
+    fn queue_chain(&mut self, slot_id: usize, chain: Chain) -> Result<()> {
+        let slot = &mut self.slots[slot_id];
+        slot.res = [0; MAX_CHAIN as usize];
+        slot.steps = chain.len as u32;
+        slot.pending = chain.len as u32;
+        let n = chain.len;
         let mut sq = self.ring.submission();
-        for (step, entry) in entries.into_iter().take(n).enumerate() {
-            let mut e = entry
-                .expect("chain entries are filled in order")
-                .user_data(((slot_id as u64) << 8) | step as u64);
+        if sq.capacity() - sq.len() < n {
+            // Never met: a slot has one chain at a time and the ring holds MAX_CHAIN entries
+            // per slot. Reported rather than assumed.
+            slot.pending = 0;
+            return Err(Error::backend(NAME, "io_uring submission queue full"));
+        }
+        for (step, entry) in chain.entries.into_iter().take(n).enumerate() {
+            let Some(entry) = entry else { break };
+            let mut e = entry.user_data(((slot_id as u64) << 8) | step as u64);
             if step + 1 < n {
-                e = e.flags(if hard_links & (1 << step) != 0 {
+                e = e.flags(if chain.hard & (1 << step) != 0 {
                     squeue::Flags::IO_HARDLINK
                 } else {
                     squeue::Flags::IO_LINK
@@ -183,162 +269,480 @@ impl Driver {
             }
             // SAFETY: every pointer in the entry (names, open_how, statx, guard, iovecs) stays
             // valid until its completion: names, open_how, statx and guard live in the slot,
-            // which is not
-            // reused before all of the chain's CQEs arrive; iovecs live in the plan, which the
-            // job keeps alive; the bucket dir's handle is held by the slot until then too.
-            unsafe { sq.push(&e) }.expect("room checked before starting the chain");
+            // which is not reused before all of the chain's CQEs arrive; iovecs live in the
+            // plan, which the job keeps alive; the bucket dir's handle is held by the slot,
+            // the spare dir's by the root, until then too. Room was checked above.
+            if unsafe { sq.push(&e) }.is_err() {
+                return Err(Error::backend(NAME, "io_uring submission queue full"));
+            }
         }
         Ok(())
     }
 
-    /// Whether the chain failed only because its bucket dir was removed meanwhile; the dir is
-    /// then recreated and the item runs again (once). An error when the dir cannot be
-    /// recreated (e.g. a link now sits in its place).
-    pub(super) fn restart_in_new_bucket(&self, slot_id: usize, plan: &Plan) -> Result<bool> {
+    /// Whether the operation's first chain failed only because its bucket dir was removed
+    /// meanwhile (the dir is recreated) or, for a write staged in a spare, because the spare
+    /// or the spare dir went; the item then runs again, once. An error when the bucket dir
+    /// cannot be recreated (e.g. a link now sits in its place).
+    pub(super) fn restart(&self, slot_id: usize, plan: &Plan) -> Result<bool> {
         let slot = &self.slots[slot_id];
         let first_missing = slot.res[0] == -libc::ENOENT;
-        if slot.retried || !first_missing || plan.kind == OpKind::Remove {
+        if slot.retried || !first_missing || slot.phase != Phase::Main {
             return Ok(false);
+        }
+        let (root, bucket) = plan.routes[slot.item];
+        let root = &self.roots[root];
+        if slot.spare.is_some() {
+            // The taken spare vanished, or the whole spare dir did (then the next try uses a
+            // temp file): either way a fresh start stages again.
+            if let Some(pool) = root.spares.as_ref() {
+                pool.lost_if_removed();
+            }
+            return Ok(true);
         }
         let Some(fd) = slot.bucket.as_ref() else {
             return Ok(false);
         };
-        if !crate::beneath::is_removed(std::os::fd::AsFd::as_fd(&**fd)) {
+        if !crate::beneath::is_removed(fd.as_fd()) {
             return Ok(false);
         }
-        let (root, bucket) = plan.routes[slot.item];
-        let dir = &self.roots[root].dir;
-        dir.reopen(bucket, Some(fd)).map(|_| true).map_err(|e| {
-            plan::to_error(crate::io::IoFailure {
-                op: "recreate bucket dir",
-                path: dir.bucket_path(bucket),
-                error: e,
+        root.dir
+            .reopen(bucket, Some(fd))
+            .map(|_| true)
+            .map_err(|e| {
+                plan::to_error(IoFailure {
+                    op: "recreate bucket dir",
+                    path: root.dir.bucket_path(bucket),
+                    error: e,
+                })
             })
-        })
     }
 
+    /// Reads a finished chain: the item's result, or None when its next phase was queued on
+    /// the slot.
     pub(super) fn complete(
         &mut self,
         slot_id: usize,
         plan: &Plan,
         expected: u64,
-    ) -> Result<Outcome> {
+    ) -> Option<Result<Outcome>> {
         let res = self.slots[slot_id].res;
-        let os = |r: i32| io::Error::from_raw_os_error(-r);
-        let item = self.slots[slot_id].item;
-        let (root, bucket) = plan.routes[item];
+        let phase = self.slots[slot_id].phase;
+        match (plan.kind, phase) {
+            (OpKind::Write, Phase::Main) => self.write_main(slot_id, plan, expected, res),
+            (OpKind::Write, Phase::Exchange | Phase::Rename) => {
+                self.write_publish(slot_id, plan, phase, res)
+            }
+            (OpKind::Read, _) => Some(self.read(slot_id, plan, expected, res)),
+            (OpKind::Exists, _) => Some(self.exists(slot_id, plan, res[0])),
+            (OpKind::Remove, _) => self.remove(slot_id, plan, phase, res[0]),
+            (OpKind::Write, _) => Some(Err(Error::backend(
+                NAME,
+                format!("io_uring: a write in phase {phase:?}"),
+            ))),
+        }
+    }
+
+    /// The failure of item `slot`'s object, as the core error.
+    fn fail(&self, slot_id: usize, plan: &Plan, op: &'static str, error: io::Error) -> Error {
+        let slot = &self.slots[slot_id];
+        let (root, bucket) = plan.routes[slot.item];
+        plan::to_error(IoFailure {
+            op,
+            path: self.roots[root]
+                .dir
+                .object_path(bucket, slot.name.as_bytes()),
+            error,
+        })
+    }
+
+    /// The staged file's path, for a message about it.
+    fn staged_path(&self, slot_id: usize, plan: &Plan) -> std::path::PathBuf {
+        let slot = &self.slots[slot_id];
+        let (root, bucket) = plan.routes[slot.item];
         let root = &self.roots[root];
-        let fail = |op: &'static str, name: &[u8], error: io::Error| {
-            plan::to_error(crate::io::IoFailure {
-                op,
-                path: root.dir.object_path(bucket, name),
-                error,
+        let tmp = String::from_utf8_lossy(slot.tmp.as_bytes()).into_owned();
+        match (slot.spare, root.spares.as_ref()) {
+            (Some(_), Some(pool)) => pool.path().join(tmp),
+            _ => root.dir.object_path(bucket, slot.tmp.as_bytes()),
+        }
+    }
+
+    /// Removes the staged file of a write that will not be published.
+    fn discard(&mut self, slot_id: usize) {
+        let slot = &mut self.slots[slot_id];
+        let root = &self.roots[slot.root];
+        let _ = match (slot.spare, root.spares.as_ref(), slot.bucket.as_ref()) {
+            (Some(_), Some(pool), _) => crate::beneath::unlink(pool.fd(), slot.tmp.as_cstr()),
+            (None, _, Some(dir)) => crate::beneath::unlink(dir.as_fd(), slot.tmp.as_cstr()),
+            _ => Ok(()),
+        };
+    }
+
+    fn write_main(
+        &mut self,
+        slot_id: usize,
+        plan: &Plan,
+        expected: u64,
+        res: [i32; MAX_CHAIN as usize],
+    ) -> Option<Result<Outcome>> {
+        let synced = plan.sync != SyncMode::None;
+        let close_step = if synced { 3 } else { 2 };
+        let rename_step = close_step + 1;
+        let opened = res[0] >= 0;
+        let root = &self.roots[self.slots[slot_id].root];
+        // A step the chain cancelled reports -ECANCELED, so only real flushes count.
+        if synced && res[2] >= 0 {
+            root.flushed.file();
+        }
+        if opened && res[close_step] < 0 {
+            self.drop_fixed(slot_id);
+        }
+        let failure = if !opened {
+            Some(("create", os(res[0])))
+        } else if res[1] < 0 {
+            Some(("pwritev", os(res[1])))
+        } else if res[1] as u64 != expected {
+            Some((
+                "pwritev",
+                io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("short write: {} of {expected} bytes", res[1]),
+                ),
+            ))
+        } else if synced && res[2] < 0 {
+            Some(("fdatasync", os(res[2])))
+        } else {
+            None
+        };
+        if let Some((op, error)) = failure {
+            let path = self.staged_path(slot_id, plan);
+            if opened {
+                self.discard(slot_id);
+            }
+            return Some(Err(plan::to_error(IoFailure { op, path, error })));
+        }
+        let renamed = match res[rename_step] {
+            r if r >= 0 => Ok(()),
+            r => Err(os(r)),
+        };
+        let noreplace = self.slots[slot_id].spare.is_some()
+            && self.roots[self.slots[slot_id].root]
+                .spares
+                .as_ref()
+                .is_some_and(|p| p.exchange.load(Ordering::Relaxed));
+        if noreplace {
+            return self.after_rename(slot_id, plan, renamed, false, res[rename_step + 1]);
+        }
+        match renamed {
+            Ok(()) => Some(self.published(slot_id, plan, res[rename_step + 1])),
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound && self.slots[slot_id].spare.is_some() =>
+            {
+                self.renew_then(slot_id, plan, Phase::Rename)
+            }
+            Err(e) => {
+                self.discard(slot_id);
+                Some(Err(self.fail(slot_id, plan, "rename", e)))
+            }
+        }
+    }
+
+    /// After a NOREPLACE (`exchanged` false) or EXCHANGE rename of a staged spare;
+    /// `dir_sync` is the result of the bucket dir's flush that followed it (if any).
+    fn after_rename(
+        &mut self,
+        slot_id: usize,
+        plan: &Plan,
+        renamed: io::Result<()>,
+        exchanged: bool,
+        dir_sync: i32,
+    ) -> Option<Result<Outcome>> {
+        match protocol::after_rename(renamed, exchanged) {
+            AfterRename::Published => {
+                if exchanged {
+                    // The replaced object now has the spare's name: keep it for a later write.
+                    let slot = &mut self.slots[slot_id];
+                    if let (Some(id), Some(pool)) =
+                        (slot.spare, self.roots[slot.root].spares.as_ref())
+                    {
+                        let found = crate::beneath::stat(pool.fd(), slot.tmp.as_cstr());
+                        if !protocol::recycle(pool, id, found) {
+                            let _ = crate::beneath::unlink(pool.fd(), slot.tmp.as_cstr());
+                        }
+                    }
+                }
+                Some(self.published(slot_id, plan, dir_sync))
+            }
+            AfterRename::Exchange => self.queue_publish(slot_id, plan, Phase::Exchange),
+            AfterRename::Rename { unsupported } => {
+                if unsupported
+                    && let Some(pool) = self.roots[self.slots[slot_id].root].spares.as_ref()
+                {
+                    pool.exchange.store(false, Ordering::Relaxed);
+                }
+                self.queue_publish(slot_id, plan, Phase::Rename)
+            }
+            AfterRename::BucketGone => self.renew_then(slot_id, plan, Phase::Rename),
+            AfterRename::Failed(e) => {
+                self.discard(slot_id);
+                Some(Err(self.fail(slot_id, plan, "rename", e)))
+            }
+        }
+    }
+
+    /// A finished EXCHANGE or plain-rename chain of a write.
+    fn write_publish(
+        &mut self,
+        slot_id: usize,
+        plan: &Plan,
+        phase: Phase,
+        res: [i32; MAX_CHAIN as usize],
+    ) -> Option<Result<Outcome>> {
+        let renamed = match res[0] {
+            r if r >= 0 => Ok(()),
+            r => Err(os(r)),
+        };
+        if phase == Phase::Exchange {
+            return self.after_rename(slot_id, plan, renamed, true, res[1]);
+        }
+        match renamed {
+            Ok(()) => Some(self.published(slot_id, plan, res[1])),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !self.slots[slot_id].renewed => {
+                self.renew_then(slot_id, plan, Phase::Rename)
+            }
+            Err(e) => {
+                self.discard(slot_id);
+                Some(Err(self.fail(slot_id, plan, "rename", e)))
+            }
+        }
+    }
+
+    /// The object is published; with `sync = full` the bucket dir's flush (`dir_sync`, the
+    /// step after the rename) must have worked too.
+    fn published(&self, slot_id: usize, plan: &Plan, dir_sync: i32) -> Result<Outcome> {
+        if plan.sync != SyncMode::Full {
+            return Ok(Outcome::Done);
+        }
+        let slot = &self.slots[slot_id];
+        let (root, bucket) = plan.routes[slot.item];
+        let root = &self.roots[root];
+        if dir_sync >= 0 {
+            root.flushed.dir();
+            return Ok(Outcome::Done);
+        }
+        // Published, but not known to be durable: report it.
+        Err(plan::to_error(IoFailure {
+            op: "fsync bucket dir",
+            path: root.dir.bucket_path(bucket),
+            error: os(dir_sync),
+        }))
+    }
+
+    /// Recreates a bucket dir that was removed meanwhile (once per item), then queues `next`.
+    fn renew_then(&mut self, slot_id: usize, plan: &Plan, next: Phase) -> Option<Result<Outcome>> {
+        let slot = &self.slots[slot_id];
+        let (root, bucket) = plan.routes[slot.item];
+        let dir = &self.roots[root].dir;
+        let stale = slot.bucket.clone();
+        let removed = stale
+            .as_ref()
+            .is_some_and(|fd| crate::beneath::is_removed(fd.as_fd()));
+        if slot.renewed || !removed {
+            self.discard(slot_id);
+            return Some(Err(self.fail(
+                slot_id,
+                plan,
+                "rename",
+                io::Error::from_raw_os_error(libc::ENOENT),
+            )));
+        }
+        match dir.reopen(bucket, stale.as_ref()) {
+            Ok(fresh) => {
+                let slot = &mut self.slots[slot_id];
+                slot.bucket = Some(fresh);
+                slot.renewed = true;
+                self.queue_publish(slot_id, plan, next)
+            }
+            Err(error) => {
+                let path = dir.bucket_path(bucket);
+                self.discard(slot_id);
+                Some(Err(plan::to_error(IoFailure {
+                    op: "recreate bucket dir",
+                    path,
+                    error,
+                })))
+            }
+        }
+    }
+
+    /// Queues a publish of the staged file: `Exchange` (RENAME_EXCHANGE) or `Rename`
+    /// (plain), followed by the bucket dir's flush under `sync = full`.
+    fn queue_publish(
+        &mut self,
+        slot_id: usize,
+        plan: &Plan,
+        phase: Phase,
+    ) -> Option<Result<Outcome>> {
+        let slot = &mut self.slots[slot_id];
+        let root = &self.roots[slot.root];
+        let (Some(bucket), Some(pool)) = (slot.bucket.as_ref(), root.spares.as_ref()) else {
+            return Some(Err(Error::backend(
+                NAME,
+                "io_uring: a publish without its dirs",
+            )));
+        };
+        let dirfd = types::Fd(bucket.as_raw_fd());
+        let stage_dir = types::Fd(pool.fd().as_raw_fd());
+        slot.phase = phase;
+        let flags = if phase == Phase::Exchange {
+            libc::RENAME_EXCHANGE
+        } else {
+            0
+        };
+        let mut chain = Chain::default();
+        let (tmp, path) = (slot.tmp.as_cstr().as_ptr(), slot.name.as_cstr().as_ptr());
+        chain.push(
+            opcode::RenameAt::new(stage_dir, tmp, dirfd, path)
+                .flags(flags)
+                .build(),
+        );
+        if plan.sync == SyncMode::Full {
+            chain.push(opcode::Fsync::new(dirfd).build());
+        }
+        match self.queue_chain(slot_id, chain) {
+            Ok(()) => None,
+            Err(e) => {
+                self.discard(slot_id);
+                Some(Err(e))
+            }
+        }
+    }
+
+    fn read(
+        &mut self,
+        slot_id: usize,
+        plan: &Plan,
+        expected: u64,
+        res: [i32; MAX_CHAIN as usize],
+    ) -> Result<Outcome> {
+        let opened = res[0] >= 0;
+        if opened && res[3] < 0 {
+            self.drop_fixed(slot_id);
+        }
+        if !opened {
+            if protocol::is_missing(-res[0]) {
+                return Ok(Outcome::Read(ReadOutcome::Miss(MissReason::NotFound)));
+            }
+            return Err(self.fail(slot_id, plan, "open", os(res[0])));
+        }
+        if res[1] < 0 {
+            return Err(self.fail(slot_id, plan, "preadv", os(res[1])));
+        }
+        if res[2] < 0 {
+            return Err(self.fail(slot_id, plan, "pread past the end", os(res[2])));
+        }
+        // The file is closed by now: a miss looks at the name again (what is there now, for
+        // the message and to refuse what is not a regular file).
+        let slot = &mut self.slots[slot_id];
+        let bucket: Option<Arc<OwnedFd>> = slot.bucket.clone();
+        let look = || {
+            let st = crate::beneath::stat(bucket.as_ref()?.as_fd(), slot.name.as_cstr()).ok()?;
+            Some(Stored {
+                regular: crate::beneath::is_file(&st),
+                size: st.st_size as u64,
             })
         };
-        match plan.kind {
-            OpKind::Write => {
-                let synced = plan.sync != SyncMode::None;
-                let close_step = if synced { 3 } else { 2 };
-                let rename_step = close_step + 1;
-                let opened = res[0] >= 0;
-                // A step the chain cancelled reports -ECANCELED, so only real flushes count.
-                if synced && res[2] >= 0 {
-                    root.flushed.file();
+        match protocol::read_outcome(expected, res[1] as u64, res[2] as u64, look) {
+            Ok(outcome) => Ok(Outcome::Read(outcome)),
+            Err(e) => Err(self.fail(slot_id, plan, "preadv", e)),
+        }
+    }
+
+    fn exists(&self, slot_id: usize, plan: &Plan, r: i32) -> Result<Outcome> {
+        let kind = u32::from(self.slots[slot_id].stx.stx_mode) & libc::S_IFMT;
+        match r {
+            0 => protocol::exists_by_type(kind)
+                .map(Outcome::Exists)
+                .map_err(|e| self.fail(slot_id, plan, "statx", e)),
+            r if protocol::is_missing(-r) => Ok(Outcome::Exists(false)),
+            r => Err(self.fail(slot_id, plan, "statx", os(r))),
+        }
+    }
+
+    fn remove(
+        &mut self,
+        slot_id: usize,
+        plan: &Plan,
+        phase: Phase,
+        r: i32,
+    ) -> Option<Result<Outcome>> {
+        match phase {
+            Phase::RemoveStat => {
+                if protocol::is_missing(-r) {
+                    return Some(Ok(Outcome::Done));
                 }
-                if plan.sync == SyncMode::Full && res[rename_step + 1] >= 0 {
-                    root.flushed.dir();
+                if r < 0 {
+                    return Some(Err(self.fail(slot_id, plan, "statx", os(r))));
                 }
-                if opened && res[close_step] < 0 {
-                    self.drop_fixed(slot_id);
-                }
+                let regular =
+                    u32::from(self.slots[slot_id].stx.stx_mode) & libc::S_IFMT == libc::S_IFREG;
                 let slot = &mut self.slots[slot_id];
-                let failure = if !opened {
-                    Some(("create", os(res[0])))
-                } else if res[1] < 0 {
-                    Some(("pwritev", os(res[1])))
-                } else if res[1] as u64 != expected {
-                    Some((
-                        "pwritev",
-                        io::Error::new(
-                            io::ErrorKind::WriteZero,
-                            format!("short write: {} of {expected} bytes", res[1]),
-                        ),
-                    ))
-                } else if synced && res[2] < 0 {
-                    Some(("fdatasync", os(res[2])))
-                } else if res[rename_step] < 0 {
-                    Some(("rename", os(res[rename_step])))
-                } else if plan.sync == SyncMode::Full && res[rename_step + 1] < 0 {
-                    // Published, but not known to be durable: report it.
-                    return Err(plan::to_error(crate::io::IoFailure {
-                        op: "fsync bucket dir",
-                        path: root.dir.bucket_path(bucket),
-                        error: os(res[rename_step + 1]),
-                    }));
+                let pool = self.roots[slot.root].spares.as_ref();
+                let (Some(bucket), Some(pool)) = (slot.bucket.as_ref(), pool) else {
+                    return Some(Err(Error::backend(
+                        NAME,
+                        "io_uring: a removal without its dirs",
+                    )));
+                };
+                let dirfd = types::Fd(bucket.as_raw_fd());
+                let path = slot.name.as_cstr().as_ptr();
+                let mut chain = Chain::default();
+                if regular {
+                    // Into the spare dir, to be recycled by a later write.
+                    let id = pool.fresh();
+                    slot.tmp = Name::spare(id);
+                    slot.spare = Some(id);
+                    slot.phase = Phase::RemoveToSpare;
+                    let spare_dir = types::Fd(pool.fd().as_raw_fd());
+                    let tmp = slot.tmp.as_cstr().as_ptr();
+                    chain.push(opcode::RenameAt::new(dirfd, path, spare_dir, tmp).build());
                 } else {
-                    None
-                };
-                match failure {
-                    None => Ok(Outcome::Done),
-                    Some((op, e)) => {
-                        let name = slot.tmp.as_bytes().to_vec();
-                        if opened && let Some(dir) = slot.bucket.as_ref() {
-                            let _ = crate::beneath::unlink(
-                                std::os::fd::AsFd::as_fd(&**dir),
-                                slot.tmp.as_cstr(),
-                            );
-                        }
-                        Err(fail(op, &name, e))
-                    }
+                    // A link, or whatever else, is unlinked itself (never followed).
+                    slot.phase = Phase::Unlink;
+                    chain.push(opcode::UnlinkAt::new(dirfd, path).build());
                 }
+                self.queue_chain(slot_id, chain).err().map(Err)
             }
-            OpKind::Read => {
-                let opened = res[0] >= 0;
-                if opened && res[3] < 0 {
-                    self.drop_fixed(slot_id);
-                }
+            Phase::RemoveToSpare if r >= 0 => {
+                // Between the STATX and the rename the name may have changed hands: only a
+                // regular file is kept.
                 let slot = &mut self.slots[slot_id];
-                let name = slot.name.as_bytes().to_vec();
-                if !opened {
-                    if protocol::is_missing(-res[0]) {
-                        return Ok(Outcome::Read(ReadOutcome::Miss(MissReason::NotFound)));
+                if let (Some(id), Some(pool)) = (slot.spare, self.roots[slot.root].spares.as_ref())
+                {
+                    let found = crate::beneath::stat(pool.fd(), slot.tmp.as_cstr());
+                    if !protocol::recycle(pool, id, found) {
+                        let _ = crate::beneath::unlink(pool.fd(), slot.tmp.as_cstr());
                     }
-                    return Err(fail("open", &name, os(res[0])));
                 }
-                if res[1] < 0 {
-                    return Err(fail("preadv", &name, os(res[1])));
-                }
-                if res[2] < 0 {
-                    return Err(fail("pread past the end", &name, os(res[2])));
-                }
-                // The file is closed by now: a miss looks at the name again (what is there
-                // now, for the message and to refuse what is not a regular file).
-                let look = || {
-                    let dir = slot.bucket.as_ref()?;
-                    let st = crate::beneath::stat(dir.as_fd(), slot.name.as_cstr()).ok()?;
-                    Some(Stored {
-                        regular: crate::beneath::is_file(&st),
-                        size: st.st_size as u64,
-                    })
+                Some(Ok(Outcome::Done))
+            }
+            Phase::RemoveToSpare => {
+                // The move failed (the spare dir went, or the name did): unlink instead.
+                let slot = &mut self.slots[slot_id];
+                let Some(bucket) = slot.bucket.as_ref() else {
+                    return Some(Ok(Outcome::Done));
                 };
-                protocol::read_outcome(expected, res[1] as u64, res[2] as u64, look)
-                    .map(Outcome::Read)
-                    .map_err(|e| fail("preadv", &name, e))
+                let dirfd = types::Fd(bucket.as_raw_fd());
+                let path = slot.name.as_cstr().as_ptr();
+                slot.phase = Phase::Unlink;
+                let mut chain = Chain::default();
+                chain.push(opcode::UnlinkAt::new(dirfd, path).build());
+                self.queue_chain(slot_id, chain).err().map(Err)
             }
-            OpKind::Exists => {
-                let slot = &self.slots[slot_id];
-                match res[0] {
-                    0 => protocol::exists_by_type(u32::from(slot.stx.stx_mode) & libc::S_IFMT)
-                        .map(Outcome::Exists)
-                        .map_err(|e| fail("statx", slot.name.as_bytes(), e)),
-                    r if protocol::is_missing(-r) => Ok(Outcome::Exists(false)),
-                    r => Err(fail("statx", slot.name.as_bytes(), os(r))),
-                }
-            }
-            OpKind::Remove => match res[0] {
+            _ => Some(match r {
                 r if r >= 0 || r == -libc::ENOENT => Ok(Outcome::Done),
-                r => Err(fail("unlink", self.slots[slot_id].name.as_bytes(), os(r))),
-            },
+                r => Err(self.fail(slot_id, plan, "unlink", os(r))),
+            }),
         }
     }
 }

@@ -193,7 +193,7 @@ impl Driver {
                     self.release_slot(slot_id);
                     continue;
                 };
-                match self.restart_in_new_bucket(slot_id, &plan) {
+                match self.restart(slot_id, &plan) {
                     Ok(true) => {
                         self.release_slot(slot_id);
                         self.queue.push_front((job, item));
@@ -208,15 +208,23 @@ impl Driver {
                     }
                 }
                 let expected = plan.iov(item).iter().map(|v| v.iov_len as u64).sum::<u64>();
-                let result = self.complete(slot_id, &plan, expected);
-                self.release_slot(slot_id);
-                self.finish_item(job, item, result);
+                // None: the operation's next phase runs on the slot.
+                if let Some(result) = self.complete(slot_id, &plan, expected) {
+                    self.release_slot(slot_id);
+                    self.finish_item(job, item, result);
+                }
             }
         }
     }
 
     fn release_slot(&mut self, slot_id: usize) {
-        self.slots[slot_id].bucket = None;
+        let slot = &mut self.slots[slot_id];
+        slot.bucket = None;
+        if std::mem::take(&mut slot.reading)
+            && let Some(pool) = self.roots[slot.root].spares.as_ref()
+        {
+            pool.reads.exit();
+        }
         self.free.push(slot_id);
         self.inflight -= 1;
     }

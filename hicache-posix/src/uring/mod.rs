@@ -197,15 +197,43 @@ impl Drop for UringEngine {
     }
 }
 
+/// Where a slot's operation stands: each phase is one chain; a finished chain either ends
+/// the operation or starts the next phase on the same slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// The operation's first chain (for a write: stage, write, publish).
+    Main,
+    /// Write: exchange the staged spare with the stored object under the key.
+    Exchange,
+    /// Write: publish the staged file with a plain rename.
+    Rename,
+    /// Remove: what is under the name?
+    RemoveStat,
+    /// Remove: move the regular file into the spare dir.
+    RemoveToSpare,
+    /// Remove: unlink the name.
+    Unlink,
+}
+
 /// Per in-flight object state, at a stable address for the kernel.
 struct Slot {
     name: Name,
+    /// The staged file's name: a spare (in the root's spare dir) or a temp (in the bucket).
     tmp: Name,
     how: types::OpenHow,
     /// The bucket dir the chain works in, open until the chain ends.
     bucket: Option<Arc<OwnedFd>>,
-    /// Whether the item was started again after its bucket dir was recreated.
+    /// Whether the item was started again after its bucket dir (or spare) went.
     retried: bool,
+    /// Whether the bucket dir was recreated during a publish.
+    renewed: bool,
+    phase: Phase,
+    /// The spare id `tmp` names, when the operation stages or recycles through the spare dir.
+    spare: Option<u64>,
+    /// Whether a read in flight is counted in the root's read tracker (see `crate::spare`).
+    reading: bool,
+    /// The root the item lives under.
+    root: usize,
     stx: libc::statx,
     /// Where a read's bytes past the object's expected end land.
     guard: Guard,
@@ -258,6 +286,11 @@ impl Driver {
                 // SAFETY: statx is plain old data; all-zero is a valid value.
                 stx: unsafe { std::mem::zeroed() },
                 guard,
+                renewed: false,
+                phase: Phase::Main,
+                spare: None,
+                reading: false,
+                root: 0,
                 job: 0,
                 item: 0,
                 pending: 0,
