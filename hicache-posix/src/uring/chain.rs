@@ -175,11 +175,6 @@ impl Driver {
             }
             OpKind::Read => {
                 slot.phase = Phase::Main;
-                // Spares are not reused while a read that may hold one of their inodes runs.
-                if let Some(pool) = root.spares.as_ref() {
-                    pool.reads.enter();
-                    slot.reading = true;
-                }
                 // See crate::protocol: the object's bytes, then a guard block past its end;
                 // both reads hard-link onward, so a read that ends early (as the guard's
                 // does at the end of the file) still lets the file close.
@@ -240,7 +235,16 @@ impl Driver {
         if fixed_buffer.is_some() && matches!(plan.kind, OpKind::Write | OpKind::Read) {
             self.fixed.fetch_add(1, Ordering::Relaxed);
         }
-        self.queue_chain(slot_id, chain)
+        self.queue_chain(slot_id, chain)?;
+        // Spares are not reused while a read that may hold one of their inodes runs; the
+        // count ends when the slot is released (the chain is queued, not yet submitted).
+        if plan.kind == OpKind::Read
+            && let Some(pool) = self.roots[root_id].spares.as_ref()
+        {
+            pool.reads.enter();
+            self.slots[slot_id].reading = true;
+        }
+        Ok(())
     }
 
     /// Queues `chain` for the slot; its completions are counted back in `reap`.

@@ -1,12 +1,14 @@
-//! The io_uring engine: every object operation is one linked chain of SQEs on one ring, so a
-//! whole batch is in the kernel at once and one thread drives it.
+//! The io_uring engine: every object operation is a few linked chains of SQEs on one ring
+//! (one chain per phase, the next queued when the last completes), so a whole batch is in
+//! the kernel at once and one thread drives it. [`crate::protocol`] reads every result, as
+//! for the threads engine.
 //!
-//! | operation | chain (fixed-file slot per object) |
+//! | operation | chains (fixed-file slot per object) |
 //! |---|---|
-//! | write | `OPENAT2(temp) → WRITEV → [FSYNC data] → CLOSE → RENAMEAT(temp → name) → [FSYNC bucket dir]` |
+//! | write | `OPENAT2(spare or temp) → WRITEV → [FSYNC data] → CLOSE → RENAMEAT2(→ name, NOREPLACE) → [FSYNC bucket dir]`; a stored key then `RENAMEAT2(EXCHANGE) → [FSYNC bucket dir]`, a filesystem without the flags `RENAMEAT → [FSYNC bucket dir]` |
 //! | read | `OPENAT2(name) → READV (or READ_FIXED) ⇒ READ(guard, past the end) ⇒ CLOSE` |
 //! | exists | `STATX(name)` |
-//! | remove | `UNLINKAT(name)` |
+//! | remove | `STATX(name)`, then `RENAMEAT(name → spare)` for a regular file or `UNLINKAT(name)`; without a spare dir `UNLINKAT(name)` |
 //!
 //! Every path is one name relative to the bucket dir's open handle (see [`crate::beneath`]):
 //! `OPENAT2` resolves with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` and `O_NOFOLLOW`, `STATX`
