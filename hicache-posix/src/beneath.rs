@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag};
+use nix::fcntl::{AtFlags, OFlag, OpenHow, RenameFlags, ResolveFlag};
 use nix::sys::stat::{FileStat, Mode};
 
 /// Whether the kernel has `openat2`: unknown, yes, no.
@@ -35,7 +35,8 @@ fn check_name(name: &CStr) -> io::Result<()> {
     Ok(())
 }
 
-fn retry<T>(mut f: impl FnMut() -> nix::Result<T>) -> io::Result<T> {
+/// Runs a `nix` call again while it is interrupted (`EINTR`).
+pub(crate) fn retry<T>(mut f: impl FnMut() -> nix::Result<T>) -> io::Result<T> {
     loop {
         match f() {
             Err(Errno::EINTR) => continue,
@@ -125,17 +126,7 @@ pub(crate) fn rename_noreplace(
     to_dir: BorrowedFd<'_>,
     to: &CStr,
 ) -> io::Result<()> {
-    check_name(from)?;
-    check_name(to)?;
-    retry(|| {
-        nix::fcntl::renameat2(
-            from_dir,
-            from,
-            to_dir,
-            to,
-            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-        )
-    })
+    rename2(from_dir, from, to_dir, to, RenameFlags::RENAME_NOREPLACE)
 }
 
 /// Swaps `a` in `a_dir` and `b` in `b_dir` atomically (both must exist).
@@ -145,9 +136,20 @@ pub(crate) fn exchange(
     b_dir: BorrowedFd<'_>,
     b: &CStr,
 ) -> io::Result<()> {
-    check_name(a)?;
-    check_name(b)?;
-    retry(|| nix::fcntl::renameat2(a_dir, a, b_dir, b, nix::fcntl::RenameFlags::RENAME_EXCHANGE))
+    rename2(a_dir, a, b_dir, b, RenameFlags::RENAME_EXCHANGE)
+}
+
+/// `renameat2` of one name to another with `flags`.
+fn rename2(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+    flags: RenameFlags,
+) -> io::Result<()> {
+    check_name(from)?;
+    check_name(to)?;
+    retry(|| nix::fcntl::renameat2(from_dir, from, to_dir, to, flags))
 }
 
 /// Unlinks the file (or link) `name` in `dir`.

@@ -40,14 +40,7 @@ pub(crate) fn cstring(path: &Path) -> io::Result<CString> {
 /// Queries filesystem type and direct-I/O alignment of `dir`.
 pub fn fs_info(dir: &Path) -> io::Result<FsInfo> {
     let c = cstring(dir)?;
-    // SAFETY: statfs writes into a zeroed struct we own; c is NUL-terminated.
-    let magic = unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        if libc::statfs(c.as_ptr(), &mut st) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        st.f_type as u64
-    };
+    let magic = nix::sys::statfs::statfs(dir)?.filesystem_type().0 as u64;
     // Filesystems report DIOALIGN for regular files, not for dirs: ask about a probe file
     // (an unpredictable name, created exclusively, never through a link).
     let probe =
@@ -73,6 +66,7 @@ pub fn fs_info(dir: &Path) -> io::Result<FsInfo> {
     })
 }
 
+/// `statx(STATX_DIOALIGN)`, which `nix` does not wrap.
 fn dio_align(
     dirfd: libc::c_int,
     path: &std::ffi::CStr,
@@ -110,16 +104,9 @@ fn fs_name(magic: u64) -> String {
 
 /// Free and total bytes of the filesystem holding `dir`.
 pub fn space(dir: &Path) -> io::Result<(u64, u64)> {
-    let c = cstring(dir)?;
-    // SAFETY: statvfs writes into a zeroed struct we own; c is NUL-terminated.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let frsize = st.f_frsize;
-        Ok((st.f_bavail * frsize, st.f_blocks * frsize))
-    }
+    let st = nix::sys::statvfs::statvfs(dir)?;
+    let frsize = st.fragment_size();
+    Ok((st.blocks_available() * frsize, st.blocks() * frsize))
 }
 
 #[cfg(test)]

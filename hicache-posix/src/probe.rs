@@ -1,6 +1,5 @@
 //! The functional probe: can this plugin store pages in these dirs, on this machine, now?
 
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use hicache_core::raw::{AlignedBuf, PluginContext, Probe};
@@ -99,16 +98,8 @@ fn round_trip(dir: &Path, align: u64, direct: bool) -> std::io::Result<()> {
     }
     let fd = crate::beneath::open(root.fd(), name.as_cstr(), flags, 0o600)?;
     let result = (|| {
-        // SAFETY: both buffers are `len` bytes, aligned, and exclusively ours.
-        let w = unsafe { libc::pwrite(fd.as_raw_fd(), out.as_ptr().cast(), len, 0) };
-        if w < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: as above.
-        let r = unsafe { libc::pread(fd.as_raw_fd(), back.as_mut_ptr().cast(), len, 0) };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        let w = nix::sys::uio::pwrite(&fd, out.as_slice(), 0)?;
+        let r = nix::sys::uio::pread(&fd, back.as_mut_slice(), 0)?;
         let mut got = vec![0u8; len];
         back.copy_to(0, &mut got)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -165,13 +156,13 @@ fn missing_dir(dir: &Path) -> Option<Result<String, DirProblem>> {
             existing.display()
         ))));
     };
-    // SAFETY: a NUL-terminated path; access only reads it.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+    use nix::unistd::AccessFlags;
+    if let Err(e) = nix::unistd::access(c.as_c_str(), AccessFlags::W_OK | AccessFlags::X_OK) {
         return Some(Err(cannot(format!(
             "storage dir {} cannot be created: {} is not writable: {}",
             dir.display(),
             existing.display(),
-            std::io::Error::last_os_error()
+            std::io::Error::from(e)
         ))));
     }
     let fs = fsinfo::fs_info(existing)

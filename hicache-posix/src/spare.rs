@@ -35,13 +35,15 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::beneath::{self, RootDir};
 use crate::name::Name;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 
 /// The top-level dir of spare dirs under a storage dir.
 pub(crate) const SPARE_DIR: &str = ".hicache-spare";
@@ -108,7 +110,7 @@ pub(crate) struct SparePool {
     /// The path of our dir, for messages.
     path: PathBuf,
     /// Our `lock` file, held with `flock(LOCK_EX)` while the pool lives.
-    _lock: OwnedFd,
+    _lock: Flock<OwnedFd>,
     /// Set when our dir vanished: writes use temporary files from then on.
     lost: AtomicBool,
     /// Per size, spares oldest first.
@@ -157,8 +159,7 @@ impl SparePool {
             0o600,
         )
         .and_then(|fd| {
-            try_lock(fd.as_fd())?
-                .then_some(fd)
+            try_lock(fd)?
                 .ok_or_else(|| io::Error::other("a fresh lock file is locked by someone else"))
         });
         let lock = match lock {
@@ -339,19 +340,15 @@ fn random_tag() -> String {
     )
 }
 
-/// `flock(LOCK_EX | LOCK_NB)`: Ok(true) when taken, Ok(false) when someone holds it.
-fn try_lock(fd: BorrowedFd<'_>) -> io::Result<bool> {
+/// `flock(LOCK_EX | LOCK_NB)`: the lock (held until dropped) when taken, None when someone
+/// holds it.
+fn try_lock(mut fd: OwnedFd) -> io::Result<Option<Flock<OwnedFd>>> {
     loop {
-        // SAFETY: flock on a descriptor we borrow; it touches no memory.
-        let rc = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc == 0 {
-            return Ok(true);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) => return Ok(false),
-            _ => return Err(e),
+        match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
+            Ok(held) => return Ok(Some(held)),
+            Err((back, Errno::EINTR)) => fd = back,
+            Err((_, Errno::EWOULDBLOCK)) => return Ok(None),
+            Err((_, e)) => return Err(e.into()),
         }
     }
 }
@@ -405,15 +402,15 @@ pub(crate) fn scan(top: BorrowedFd<'_>, reclaim: bool) -> SpareDirs {
                 continue;
             }
         };
-        match try_lock(lock.as_fd()) {
-            Ok(true) => {
+        match try_lock(lock) {
+            Ok(Some(_held)) => {
                 if reclaim {
                     // We hold the dead owner's lock while removing its files.
                     let _ = remove_flat(top, &name);
                 }
                 found.dead.push(shown);
             }
-            Ok(false) => {
+            Ok(None) => {
                 if !shown.starts_with(BUILDING) {
                     found.live.push(shown)
                 }

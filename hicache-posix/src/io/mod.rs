@@ -84,6 +84,10 @@ fn retry_eintr<T: PartialOrd + Default>(mut f: impl FnMut() -> T) -> io::Result<
 }
 
 /// Vectored transfer of exactly the iovecs' total, continuing after short transfers.
+///
+/// Raw `pwritev`/`preadv`, not `nix`'s: those take `IoSlice`s, which are Rust slices, and
+/// these iovecs point into registered memory that the kernel reads or writes while only the
+/// plan's pins (not Rust references) guard it.
 fn transfer_all(fd: &OwnedFd, iov: &[libc::iovec], write: bool) -> io::Result<u64> {
     let total: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
     let call = |v: &[libc::iovec], off: u64| -> isize {
@@ -244,9 +248,7 @@ pub(crate) fn write_object(
             ));
         }
         if sync != SyncMode::None {
-            // SAFETY: fd is open.
-            retry_eintr(|| unsafe { libc::fdatasync(fd.as_raw_fd()) })
-                .map_err(|e| ("fdatasync", e))?;
+            beneath::retry(|| nix::unistd::fdatasync(&fd)).map_err(|e| ("fdatasync", e))?;
             root.flushed.file();
         }
         Ok(())

@@ -29,10 +29,12 @@
 //! transfer must stay inside one registered buffer.
 //!
 //! Here: the engine's handle and the driver's state; `drive` runs the driver's loop, `chain`
-//! builds each chain and reads its completions back.
+//! builds each chain and reads its completions back, `publish` the phases of a write's
+//! publish.
 
 mod chain;
 mod drive;
+mod publish;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -265,6 +267,8 @@ struct Driver {
     /// Queued items that run a second time (their bucket dir was recreated).
     retry: std::collections::HashSet<(usize, usize)>,
     inflight: usize,
+    /// Completions of one reap, (user data, result); kept for the next.
+    completed: Vec<(u64, i32)>,
 }
 
 impl Driver {
@@ -312,6 +316,7 @@ impl Driver {
             queue: VecDeque::new(),
             retry: std::collections::HashSet::new(),
             inflight: 0,
+            completed: Vec::new(),
         }
     }
 }

@@ -190,30 +190,24 @@ fn transfer_case(
     let mut nixl_error = None;
     let mut verified = true;
     for _ in 0..run.repeats {
-        let mut c = run.hicache(&fs.dir, page_bytes, pages, BATCH);
-        c.args([
-            "--threads",
-            &IN_FLIGHT.to_string(),
-            "--rounds",
-            &ROUNDS.to_string(),
-        ]);
-        c.args(["--ops", "write,read"]);
-        let h = run_json(&mut c).map_err(|e| format!("{name}: hicache bench: {e}"))?;
-        verified &= h["verified"] == json!(true);
-        envelope.add(&h);
-
-        let mut c = run.hicache(&fs.dir, page_bytes, pages, BATCH);
-        c.arg("--config").arg(&run.raw_format);
-        c.args([
-            "--threads",
-            &IN_FLIGHT.to_string(),
-            "--rounds",
-            &ROUNDS.to_string(),
-        ]);
-        c.args(["--ops", "write,read"]);
-        let h = run_json(&mut c).map_err(|e| format!("{name}: hicache bench, raw format: {e}"))?;
-        verified &= h["verified"] == json!(true);
-        raw_format.add(&h);
+        for (config, samples, what) in [
+            (None, &mut envelope, "hicache bench"),
+            (
+                Some(&run.raw_format),
+                &mut raw_format,
+                "hicache bench, raw format",
+            ),
+        ] {
+            let mut c = run.hicache(&fs.dir, page_bytes, pages, BATCH);
+            if let Some(config) = config {
+                c.arg("--config").arg(config);
+            }
+            c.args(["--threads", &IN_FLIGHT.to_string()]);
+            c.args(["--rounds", &ROUNDS.to_string(), "--ops", "write,read"]);
+            let h = run_json(&mut c).map_err(|e| format!("{name}: {what}: {e}"))?;
+            verified &= h["verified"] == json!(true);
+            samples.add(&h);
+        }
 
         let mut c = run.hicache(&fs.dir, page_bytes, pages, BATCH);
         c.args(["--baseline", "raw", "--threads", &BATCH.to_string()]);
