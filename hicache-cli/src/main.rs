@@ -20,7 +20,12 @@ fn quiet_on_broken_pipe() {
     }
 }
 
+/// Counts heap allocations, so `hicache bench` can report them per page.
+#[global_allocator]
+static ALLOCATOR: hicache_cli::bench::CountingAllocator = hicache_cli::bench::CountingAllocator;
+
 fn main() -> ExitCode {
+    ALLOCATOR.installed();
     quiet_on_broken_pipe();
     let cli = Cli::parse();
     tracing_subscriber::fmt()

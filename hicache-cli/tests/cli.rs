@@ -721,3 +721,40 @@ fn progress_is_drawn_on_a_terminal_and_never_into_a_pipe() {
         }
     }
 }
+
+/// `hicache bench` counts heap allocations per page in each timed phase and reports the
+/// peak resident memory beside the pool's size.
+#[test]
+fn bench_reports_allocations_per_page_and_peak_memory() {
+    let storage = tempfile::tempdir().unwrap();
+    let out = hicache()
+        .args([
+            "bench",
+            "--pages",
+            "64",
+            "--rounds",
+            "2",
+            "--ops",
+            "write,read",
+            "--json",
+        ])
+        .arg("--dir")
+        .arg(storage.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for phase in ["write_rounds", "read_rounds"] {
+        for round in report[phase].as_array().unwrap() {
+            let per_page = round["allocations_per_page"].as_f64();
+            assert!(per_page.is_some_and(|a| a > 0.0), "{phase}: {round}");
+        }
+    }
+    let pool = report["pool_bytes"].as_u64().unwrap();
+    let rss = report["peak_rss_bytes"].as_u64().unwrap();
+    assert!(pool > 0 && rss >= pool, "pool {pool}, peak RSS {rss}");
+}

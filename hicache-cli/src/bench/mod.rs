@@ -4,13 +4,16 @@
 //! - `shape`: page shapes of well-known models;
 //! - `run`: the benchmark through a connector;
 //! - `baselines`: the raw O_DIRECT loop and the bare `object_store` client;
-//! - `report`: the figures and their arithmetic.
+//! - `report`: the figures and their arithmetic;
+//! - `alloc`: heap allocations and peak memory while it runs.
 
+mod alloc;
 mod baselines;
 mod report;
 mod run;
 mod shape;
 
+pub use alloc::CountingAllocator;
 pub use baselines::raw_baseline;
 #[cfg(feature = "obj")]
 pub use baselines::raw_object_store;

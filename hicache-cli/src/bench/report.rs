@@ -23,6 +23,9 @@ pub struct PhaseStats {
     pub seconds: f64,
     /// The first failure of each kind (`<kind>: <message>`), so a failing run says why.
     pub first_errors: Vec<String>,
+    /// Heap allocations in the whole process during the phase, per page (None when not
+    /// counted: only the `hicache` binary counts).
+    pub allocations_per_page: Option<f64>,
 }
 
 /// The result of `hicache bench`.
@@ -64,6 +67,10 @@ pub struct BenchReport {
     pub write_rounds: Vec<PhaseStats>,
     /// Per-round read figures.
     pub read_rounds: Vec<PhaseStats>,
+    /// Bytes of the host pool (the pages written and the region they are read back into).
+    pub pool_bytes: u64,
+    /// Peak resident memory of the process at the end, bytes (None when unknown).
+    pub peak_rss_bytes: Option<u64>,
 }
 
 impl BenchReport {
@@ -96,6 +103,8 @@ impl BenchReport {
             verified: verified && !read_rounds.is_empty(),
             write_rounds,
             read_rounds,
+            pool_bytes: 0,
+            peak_rss_bytes: None,
         }
     }
 }
@@ -140,6 +149,7 @@ pub(super) fn stats(
         bytes: done * page_bytes,
         seconds: elapsed.as_secs_f64(),
         first_errors: Vec::new(),
+        allocations_per_page: None,
     }
 }
 

@@ -10,8 +10,8 @@ use hicache::{
 };
 use indicatif::ProgressBar;
 
-use super::page_pattern;
 use super::report::{BenchReport, median, stats};
+use super::{alloc, page_pattern};
 use crate::progress;
 
 /// How long the exists phase asks again and again (as NIXL's `query_memory` timing does).
@@ -167,6 +167,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
             let (c, k, errs) = (cache.clone(), keys.clone(), FirstErrors::default());
             let progress = progress::bar(opts.progress, "write", calls as u64);
             let e = errs.clone();
+            let allocated = alloc::allocations();
             let (el, lat, failed) = phase(opts.streams, calls, &progress, move |i| {
                 let (c, k, e) = (c.clone(), k.clone(), e.clone());
                 async move {
@@ -185,6 +186,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
             .await?;
             let mut st = stats(el, &lat, failed, pages, page_bytes);
             st.first_errors = errs.take();
+            st.allocations_per_page = per_page(allocated, pages);
             write_rounds.push(st);
         }
         if opts.read {
@@ -194,6 +196,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
             let (c, k, errs) = (cache.clone(), keys.clone(), FirstErrors::default());
             let progress = progress::bar(opts.progress, "read", calls as u64);
             let e = errs.clone();
+            let allocated = alloc::allocations();
             let (el, lat, failed) = phase(opts.streams, calls, &progress, move |i| {
                 let (c, k, e) = (c.clone(), k.clone(), e.clone());
                 async move {
@@ -217,6 +220,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
             .await?;
             let mut st = stats(el, &lat, failed, pages, page_bytes);
             st.first_errors = errs.take();
+            st.allocations_per_page = per_page(allocated, pages);
             read_rounds.push(st);
             let mut buf = vec![0u8; page_bytes as usize];
             let check = progress::bar(opts.progress, "verify", pages);
@@ -279,5 +283,13 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
         verified: verified && !read_rounds.is_empty(),
         write_rounds,
         read_rounds,
+        pool_bytes: geometry.pool_bytes(),
+        peak_rss_bytes: alloc::peak_rss(),
     })
+}
+
+/// Allocations since `before` (a count from [`alloc::allocations`]) per page.
+fn per_page(before: Option<u64>, pages: u64) -> Option<f64> {
+    let (before, now) = before.zip(alloc::allocations())?;
+    Some(now.saturating_sub(before) as f64 / pages.max(1) as f64)
 }

@@ -138,6 +138,29 @@ pub(crate) fn bench(
         if report.exists_keys_per_s > 0.0 {
             println!("  exists {:.0} keys/s", report.exists_keys_per_s);
         }
+        let allocations = |rounds: &[hicache_cli::bench::PhaseStats]| {
+            let per: Vec<f64> = rounds
+                .iter()
+                .filter_map(|r| r.allocations_per_page)
+                .collect();
+            (!per.is_empty()).then(|| per.iter().sum::<f64>() / per.len() as f64)
+        };
+        if let Some(rss) = report.peak_rss_bytes {
+            let mut line = format!(
+                "  memory: peak RSS {} (pool {})",
+                hicache::ByteSize(rss),
+                hicache::ByteSize(report.pool_bytes)
+            );
+            for (name, rounds) in [
+                ("write", &report.write_rounds),
+                ("read", &report.read_rounds),
+            ] {
+                if let Some(a) = allocations(rounds) {
+                    line.push_str(&format!(", {a:.2} allocations per page {name}"));
+                }
+            }
+            println!("{line}");
+        }
         println!(
             "  verified: {}",
             match (report.read_back, report.verified) {

@@ -142,12 +142,33 @@ impl Run {
 struct Samples {
     write: Vec<f64>,
     read: Vec<f64>,
+    /// Heap allocations per page, per round (hicache only).
+    write_allocations: Vec<f64>,
+    read_allocations: Vec<f64>,
+    /// Peak resident memory beyond the pool, bytes, per run (hicache only).
+    rss_beyond_pool: Vec<f64>,
 }
 
 impl Samples {
     fn add(&mut self, report: &Value) {
         self.write.extend(rounds(report, "write_rounds"));
         self.read.extend(rounds(report, "read_rounds"));
+        let per_page = |field: &str| -> Vec<f64> {
+            report[field]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["allocations_per_page"].as_f64())
+                .collect()
+        };
+        self.write_allocations.extend(per_page("write_rounds"));
+        self.read_allocations.extend(per_page("read_rounds"));
+        if let (Some(rss), Some(pool)) = (
+            report["peak_rss_bytes"].as_u64(),
+            report["pool_bytes"].as_u64(),
+        ) {
+            self.rss_beyond_pool.push(rss.saturating_sub(pool) as f64);
+        }
     }
 }
 
@@ -267,6 +288,11 @@ fn transfer_case(
         "ratio_vs_raw": { "write": ratio(h_w, r_w), "read": ratio(h_r, r_r) },
         "ratio_vs_nixl": { "write": ratio(h_w, n_w), "read": ratio(h_r, n_r) },
         "ratio_vs_raw_format": { "write": ratio(h_w, f_w), "read": ratio(h_r, f_r) },
+        "allocations_per_page": {
+            "write": num(med(&envelope.write_allocations)),
+            "read": num(med(&envelope.read_allocations)),
+        },
+        "rss_beyond_pool_bytes": num(envelope.rss_beyond_pool.iter().copied().fold(f64::NAN, f64::max)),
         "samples": {
             "hicache_write": envelope.write, "hicache_read": envelope.read,
             "raw_format_write": raw_format.write, "raw_format_read": raw_format.read,
@@ -408,6 +434,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
         "durability": durability,
     });
     let mut table = report::transfers(&report);
+    table.push_str(&report::memory(&report));
     table.push_str(&report::exists(&report));
     table.push_str(&sync::durability_markdown(&report));
     if o.tiny {
