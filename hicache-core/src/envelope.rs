@@ -20,7 +20,10 @@
 
 use std::hash::Hasher;
 
+use std::sync::LazyLock;
+
 use twox_hash::XxHash3_64;
+use twox_hash::xxhash3_64::{DEFAULT_SECRET_LENGTH, RawHasher, SecretBuffer};
 
 use crate::backend::MissReason;
 use crate::key::Namespace;
@@ -191,13 +194,31 @@ impl Header {
     }
 }
 
+/// XXH3's secret for seed 0 (its default secret), derived once: a streaming hasher over a
+/// borrowed secret allocates nothing, where `XxHash3_64::with_seed` boxes a secret per
+/// checksum, once per page on the hot path.
+static SECRET: LazyLock<[u8; DEFAULT_SECRET_LENGTH]> = LazyLock::new(|| {
+    SecretBuffer::with_seed(0, [0; DEFAULT_SECRET_LENGTH])
+        .map(SecretBuffer::into_secret)
+        .unwrap_or_else(|_| unreachable!("the default secret length is valid"))
+});
+
+/// A streaming XXH3-64 (seed 0) on the stack.
+fn xxh3() -> RawHasher<&'static [u8; DEFAULT_SECRET_LENGTH]> {
+    let secret: &'static [u8; DEFAULT_SECRET_LENGTH] = &SECRET;
+    match SecretBuffer::new(0, secret) {
+        Ok(buffer) => RawHasher::new(buffer),
+        Err(_) => unreachable!("the default secret length is valid"),
+    }
+}
+
 /// The payload checksum fed piece by piece (a payload streamed from a file).
 #[derive(Clone)]
-pub struct PayloadHasher(XxHash3_64);
+pub struct PayloadHasher(RawHasher<&'static [u8; DEFAULT_SECRET_LENGTH]>);
 
 impl Default for PayloadHasher {
     fn default() -> Self {
-        PayloadHasher(XxHash3_64::with_seed(0))
+        PayloadHasher(xxh3())
     }
 }
 
@@ -222,7 +243,7 @@ impl PayloadHasher {
 /// Streaming checksum (XXH3-64, seed 0; AVX2 when the CPU has it) over the pieces of a
 /// payload, in order.
 pub fn checksum<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> u64 {
-    let mut h = XxHash3_64::with_seed(0);
+    let mut h = xxh3();
     for p in pieces {
         h.write(p);
     }
