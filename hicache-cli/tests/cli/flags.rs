@@ -1,0 +1,205 @@
+//! Flags as the user wrote them: taken verbatim, shown as their source, refused when they
+//! do not apply or do not parse, clamped when huge.
+
+use crate::hicache;
+
+/// The `storage_dir` value `config show --json` printed, as JSON text.
+fn shown_storage_dir(stdout: &[u8]) -> String {
+    let value: serde_json::Value = serde_json::from_slice(stdout).unwrap();
+    value["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"] == "storage_dir")
+        .map(|e| e["value"].to_string())
+        .unwrap()
+}
+
+/// `--dir` values are taken verbatim: a comma is part of the name, not a separator.
+#[test]
+fn dir_flags_are_taken_verbatim() {
+    let tmp = tempfile::tempdir().unwrap();
+    let odd = tmp.path().join("a,b");
+    let other = tmp.path().join("c");
+    let out = hicache()
+        .args(["config", "show", "--json", "--dir"])
+        .arg(&odd)
+        .arg("--dir")
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dirs = shown_storage_dir(&out.stdout);
+    let want =
+        serde_json::to_string(&[odd.display().to_string(), other.display().to_string()]).unwrap();
+    assert_eq!(dirs, serde_json::Value::String(want).to_string());
+    // SGLang's comma form stays for the environment and config strings.
+    let out = hicache()
+        .args(["config", "show", "--json"])
+        .env(
+            "HICACHE_STORAGE_DIR",
+            format!("{},{}", odd.display(), other.display()),
+        )
+        .output()
+        .unwrap();
+    let dirs = shown_storage_dir(&out.stdout);
+    // Three dirs: ".../a", "b" and ".../c".
+    let want = format!("{}/a,b,{}", tmp.path().display(), other.display());
+    assert_eq!(dirs, serde_json::Value::String(want).to_string());
+}
+
+/// `config show` names a value's source as the user wrote it: the flag, not "api".
+#[test]
+fn flags_are_shown_as_their_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = hicache()
+        .args(["config", "show", "--direct-io", "off", "--dir"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let line = |key: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(key))
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+            .to_string()
+    };
+    assert!(line("storage_dir").contains("flag --dir"), "{text}");
+    assert!(line("use_direct_io").contains("flag --direct-io"), "{text}");
+    assert!(!text.contains("api"), "{text}");
+}
+
+/// Flags that cannot apply, and numbers that make no sense, are errors naming the flag —
+/// before any work.
+#[test]
+fn inapplicable_flags_and_bad_numbers_are_errors() {
+    let storage = tempfile::tempdir().unwrap();
+    for (args, flag) in [
+        (&["bench", "--page-bytes", "65536"][..], "--page-bytes"),
+        (
+            &["bench", "--model", "custom", "--page-tokens", "4"][..],
+            "--page-tokens",
+        ),
+        (&["bench", "--batch", "0"][..], "--batch"),
+        (&["bench", "--threads", "0"][..], "--threads"),
+        (&["bench", "--rounds", "0"][..], "--rounds"),
+        (&["bench", "--pages", "0"][..], "--pages"),
+        (&["bench", "--page-tokens", "0"][..], "page_tokens"),
+        (&["bench", "--batch=-1"][..], "--batch"),
+        (
+            &["bench", "--pages", "99999999999999999999999"][..],
+            "--pages",
+        ),
+        (
+            &["bench", "--model", "custom", "--page-bytes", "1000"][..],
+            "page-bytes",
+        ),
+        (&["doctor", "--page-bytes", "65536"][..], "--page-bytes"),
+        // Sizes that overflow, or that no machine has.
+        (&["bench", "--pages", "18446744073709551615"][..], "--pages"),
+        (&["bench", "--pages", "100000000000"][..], "--pages"),
+        (
+            &["bench", "--page-tokens", "18446744073709551615"][..],
+            "page_tokens",
+        ),
+        (
+            &[
+                "bench",
+                "--model",
+                "custom",
+                "--page-bytes",
+                "18446744073709551615",
+            ][..],
+            "page-bytes",
+        ),
+        (&["scrub", "--temp-age-s=-1"][..], "--temp-age-s"),
+        // Ratios and sizes that are not finite numbers above zero.
+        (&["doctor", "--ratio", "nan"][..], "--ratio"),
+        (&["doctor", "--ratio", "inf"][..], "--ratio"),
+        (&["doctor", "--ratio", "0"][..], "--ratio"),
+        (&["doctor", "--ratio=-1"][..], "--ratio"),
+        (&["doctor", "--device-kv-gib", "0"][..], "--device-kv-gib"),
+        (&["doctor", "--host-gib", "1e300"][..], "--host-gib"),
+        (&["doctor", "--host-gib=-inf"][..], "--host-gib"),
+        // Names outside a flag's choices: the error lists the choices.
+        (
+            &["bench", "--ops", "write,bogus"][..],
+            "possible values: write, read, exists",
+        ),
+        (
+            &["bench", "--layout", "page-first"][..],
+            "page_first_direct",
+        ),
+        (&["bench", "--model", "llama"][..], "llama3-8b"),
+        (&["bench", "--baseline", "nixl"][..], "--baseline"),
+        (
+            &["plugins", "--direct-io", "maybe"][..],
+            "possible values: on, off",
+        ),
+    ] {
+        let out = hicache()
+            .args(args)
+            .arg("--dir")
+            .arg(storage.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(flag), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read_dir(storage.path()).unwrap().count(), 0);
+}
+
+/// Counts far above what a run can use are clamped (streams to calls, threads to pages),
+/// not obeyed to the point of exhausting threads or memory.
+#[test]
+fn huge_concurrency_is_clamped() {
+    let storage = tempfile::tempdir().unwrap();
+    for args in [
+        &["bench", "--threads", "18446744073709551615"][..],
+        &["bench", "--batch", "18446744073709551615"][..],
+        &["bench", "--baseline", "raw", "--threads", "1000000"][..],
+    ] {
+        let out = hicache()
+            .args(args)
+            .args(["--pages", "4", "--rounds", "1", "--model", "custom"])
+            .args(["--page-bytes", "65536", "--dir"])
+            .arg(storage.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// `config show` flags plugin parameters the plugin would refuse, as bench and doctor do.
+#[test]
+fn config_show_flags_unknown_plugin_parameters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("c.toml");
+    let show = |section: &str| {
+        std::fs::write(&file, format!("[plugin.posix]\nactive = true\n{section}\n")).unwrap();
+        hicache()
+            .args(["config", "show", "--config"])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let out = show("engin = \"threads\"");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("engin") && err.contains("engine"), "{err}");
+    let out = show("engine = \"threads\"");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,16 @@
+//! The `hicache` binary as a shell user runs it.
+
+use std::process::Command;
+
+mod config_keys;
+mod flags;
+mod output;
+mod shared_root;
+
+fn hicache() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hicache"));
+    cmd.env_remove("HICACHE_CONFIG")
+        .env_remove("HICACHE_STORAGE_DIR")
+        .env_remove("HICACHE_BACKEND_PLUGIN");
+    cmd
+}
