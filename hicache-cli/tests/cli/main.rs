@@ -14,3 +14,14 @@ fn hicache() -> Command {
         .env_remove("HICACHE_BACKEND_PLUGIN");
     cmd
 }
+
+/// Runs `cmd`, which must succeed, and parses what it printed as JSON.
+fn json_output(cmd: &mut Command) -> serde_json::Value {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

@@ -1,7 +1,7 @@
 //! What the commands print and write: closed pipes, verdicts, JSON files, progress on a
 //! terminal only, typed facts, the bench's memory figures, and nothing created by listing.
 
-use crate::hicache;
+use crate::{hicache, json_output};
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
@@ -148,17 +148,11 @@ fn listing_commands_create_nothing() {
 #[test]
 fn plugin_facts_are_typed_in_json_and_human_in_text() {
     let storage = tempfile::tempdir().unwrap();
-    let out = hicache()
-        .args(["plugins", "--plugin", "posix", "--json", "--dir"])
-        .arg(storage.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let json = json_output(
+        hicache()
+            .args(["plugins", "--plugin", "posix", "--json", "--dir"])
+            .arg(storage.path()),
     );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let posix = json["plugins"]
         .as_array()
         .unwrap()
@@ -277,27 +271,21 @@ fn progress_is_drawn_on_a_terminal_and_never_into_a_pipe() {
 #[test]
 fn bench_reports_allocations_per_page_and_peak_memory() {
     let storage = tempfile::tempdir().unwrap();
-    let out = hicache()
-        .args([
-            "bench",
-            "--pages",
-            "64",
-            "--rounds",
-            "2",
-            "--ops",
-            "write,read",
-            "--json",
-        ])
-        .arg("--dir")
-        .arg(storage.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let report = json_output(
+        hicache()
+            .args([
+                "bench",
+                "--pages",
+                "64",
+                "--rounds",
+                "2",
+                "--ops",
+                "write,read",
+                "--json",
+            ])
+            .arg("--dir")
+            .arg(storage.path()),
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for phase in ["write_rounds", "read_rounds"] {
         for round in report[phase].as_array().unwrap() {
             let per_page = round["allocations_per_page"].as_f64();
