@@ -134,7 +134,12 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
     let pool = Arc::new(MmapPool::new(geometry)?);
     let report = cache.register_pool(pool.clone())?;
     let page_bytes = geometry.page_bytes();
-    let run_id = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64 ^ 0x5eed;
+    // Random per run: two benches on one root (in containers where both are PID 1 or 2)
+    // must never share keys, or one's eviction removes the other's pages.
+    let run_id = std::hash::BuildHasher::hash_one(
+        &std::collections::hash_map::RandomState::new(),
+        (std::process::id(), std::time::SystemTime::now()),
+    );
     // Every round writes new pages and evicts the previous round's (untimed), as a full
     // cache does: new keys are the common case for content-addressed pages.
     let round_keys = |round: usize| -> Result<Arc<Vec<PageKey>>> {

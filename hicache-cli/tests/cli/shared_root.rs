@@ -109,7 +109,12 @@ fn writers_in_separate_pid_namespaces_share_a_root() {
     };
     assert!(a_dir.contains("-2-"), "PID 2 in its namespace: {a_dir}");
     let b = bench("3", &b_json, false).output().unwrap();
-    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    assert!(
+        b.status.success(),
+        "{} {}",
+        String::from_utf8_lossy(&b.stderr),
+        std::fs::read_to_string(&b_json).unwrap_or_default()
+    );
     assert_eq!(
         a.try_wait().unwrap(),
         None,
