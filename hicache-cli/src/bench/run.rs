@@ -134,12 +134,7 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
     let pool = Arc::new(MmapPool::new(geometry)?);
     let report = cache.register_pool(pool.clone())?;
     let page_bytes = geometry.page_bytes();
-    // Random per run: two benches on one root (in containers where both are PID 1 or 2)
-    // must never share keys, or one's eviction removes the other's pages.
-    let run_id = std::hash::BuildHasher::hash_one(
-        &std::collections::hash_map::RandomState::new(),
-        (std::process::id(), std::time::SystemTime::now()),
-    );
+    let run_id = run_id();
     // Every round writes new pages and evicts the previous round's (untimed), as a full
     // cache does: new keys are the common case for content-addressed pages.
     let round_keys = |round: usize| -> Result<Arc<Vec<PageKey>>> {
@@ -293,8 +288,29 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
     })
 }
 
+/// A run's key prefix, random per call: two benches on one root (in containers where both
+/// are PID 1) must never share keys, or one's eviction removes the other's pages. (The PID
+/// and a few nanoseconds of a fresh clock collided in about one pair of runs in ten.)
+fn run_id() -> u64 {
+    std::hash::BuildHasher::hash_one(
+        &std::collections::hash_map::RandomState::new(),
+        (std::process::id(), std::time::SystemTime::now()),
+    )
+}
+
 /// Allocations since `before` (a count from [`alloc::allocations`]) per page.
 fn per_page(before: Option<u64>, pages: u64) -> Option<f64> {
     let (before, now) = before.zip(alloc::allocations())?;
     Some(now.saturating_sub(before) as f64 / pages.max(1) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_differ_even_within_one_process() {
+        let ids: std::collections::HashSet<u64> = (0..1000).map(|_| run_id()).collect();
+        assert_eq!(ids.len(), 1000);
+    }
 }
