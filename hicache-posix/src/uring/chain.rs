@@ -94,6 +94,7 @@ impl Driver {
         slot.retried = retried;
         slot.renewed = false;
         slot.spare = None;
+        slot.noreplace = false;
         slot.root = root_id;
         slot.job = job;
         slot.item = item;
@@ -130,7 +131,8 @@ impl Driver {
                         };
                         slot.tmp = Name::spare(id);
                         slot.spare = Some(id);
-                        let flags = if pool.exchange.load(Ordering::Relaxed) {
+                        slot.noreplace = pool.exchange.load(Ordering::Relaxed);
+                        let flags = if slot.noreplace {
                             libc::RENAME_NOREPLACE
                         } else {
                             0

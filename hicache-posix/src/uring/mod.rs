@@ -234,6 +234,9 @@ struct Slot {
     phase: Phase,
     /// The spare id `tmp` names, when the operation stages or recycles through the spare dir.
     spare: Option<u64>,
+    /// Whether the write's first chain published with `RENAME_NOREPLACE` (decided when it
+    /// started: the filesystem may refuse the flag meanwhile).
+    noreplace: bool,
     /// Whether a read in flight is counted in the root's read tracker (see `crate::spare`).
     reading: bool,
     /// The root the item lives under.
@@ -295,6 +298,7 @@ impl Driver {
                 renewed: false,
                 phase: Phase::Main,
                 spare: None,
+                noreplace: false,
                 reading: false,
                 root: 0,
                 job: 0,

@@ -89,12 +89,7 @@ impl Driver {
             r if r >= 0 => Ok(()),
             r => Err(os(r)),
         };
-        let noreplace = self.slots[slot_id].spare.is_some()
-            && self.roots[self.slots[slot_id].root]
-                .spares
-                .as_ref()
-                .is_some_and(|p| p.exchange.load(Ordering::Relaxed));
-        if noreplace {
+        if self.slots[slot_id].noreplace {
             return self.after_rename(slot_id, plan, renamed, false, res[rename_step + 1]);
         }
         match renamed {
