@@ -384,6 +384,14 @@ mod tests {
         let big: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
         let split = checksum([&big[..333], &big[333..50_000], &big[50_000..]]);
         assert_eq!(split, checksum([&big[..]]));
+        // The streaming hasher over the borrowed secret agrees with the one-shot reference
+        // on every input-length path (up to 16, 128 and 240 bytes, and longer).
+        for len in [0, 5, 16, 17, 100, 128, 129, 240, 241, 1024, 100_000] {
+            let mut h = PayloadHasher::default();
+            h.update(&big[..len]);
+            assert_eq!(h.finish(), XxHash3_64::oneshot(&big[..len]), "{len} bytes");
+            assert_eq!(checksum([&big[..len]]), XxHash3_64::oneshot(&big[..len]));
+        }
     }
 
     #[test]

@@ -5,8 +5,7 @@
 //! its `STATX` to the spare dir or to an unlink).
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::Arc;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 
 use crate::NAME;
@@ -389,10 +388,9 @@ impl Driver {
         }
         // The file is closed by now: a miss looks at the name again (what is there now, for
         // the message and to refuse what is not a regular file).
-        let slot = &mut self.slots[slot_id];
-        let bucket: Option<Arc<OwnedFd>> = slot.bucket.clone();
+        let super::Slot { bucket, name, .. } = &mut self.slots[slot_id];
         let look = || {
-            let st = crate::beneath::stat(bucket.as_ref()?.as_fd(), slot.name.as_cstr()).ok()?;
+            let st = crate::beneath::stat(bucket.as_ref()?.as_fd(), name.as_cstr()).ok()?;
             Some(Stored {
                 regular: crate::beneath::is_file(&st),
                 size: st.st_size as u64,

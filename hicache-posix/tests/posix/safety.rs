@@ -295,3 +295,47 @@ fn unreadable_pages_fail_one_by_one_for_an_unprivileged_user() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("eacces-child: checked"), "{text}");
 }
+
+/// A directory or a FIFO planted under an object's name is never read as a page, never
+/// hangs a read, and does not exist as an object, on both engines.
+#[tokio::test]
+async fn what_is_not_a_file_under_a_name_is_never_a_page() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let b = backend_with(dir.path(), false, engine);
+        let buf = AlignedBuf::zeroed(8192, 4096).unwrap();
+        let region = b.register(MemoryRegion::from_aligned(buf)).unwrap();
+        let (a, f) = (
+            ObjectKey::new("a-dir").unwrap(),
+            ObjectKey::new("a-fifo").unwrap(),
+        );
+        std::fs::create_dir(b.object_path(&a)).unwrap();
+        nix::unistd::mkfifo(&b.object_path(&f), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let (sa, sf) = (
+            [Slice::new(region, 0, 4096)],
+            [Slice::new(region, 4096, 4096)],
+        );
+        let got = b
+            .read(&[
+                ReadItem {
+                    key: &a,
+                    segments: &sa,
+                },
+                ReadItem {
+                    key: &f,
+                    segments: &sf,
+                },
+            ])
+            .await;
+        for r in &got {
+            assert!(r.is_err(), "{engine:?}: {got:?}");
+        }
+        let found = b.exists(&[a.clone(), f.clone()]).await;
+        assert!(
+            found.iter().all(|r| matches!(r, Ok(false))),
+            "{engine:?}: {found:?}"
+        );
+        assert!(b.object_path(&a).is_dir());
+        b.deregister(region).unwrap();
+    }
+}
