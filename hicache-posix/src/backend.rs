@@ -400,7 +400,7 @@ fn prepare_dir(dir: &Path, mode: u32) -> Result<crate::beneath::RootDir> {
 /// Whether the filesystem of `dir` accepts O_DIRECT opens (with a probe file of an
 /// unpredictable name, created exclusively, never through a link).
 fn direct_io_supported(dir: &crate::beneath::RootDir) -> std::io::Result<()> {
-    let mut name = crate::name::Name::temp();
+    let name = crate::name::Name::temp();
     let fd = crate::beneath::open(
         dir.fd(),
         name.as_cstr(),

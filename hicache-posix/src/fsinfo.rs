@@ -45,7 +45,7 @@ pub fn fs_info(dir: &Path) -> io::Result<FsInfo> {
     // (an unpredictable name, created exclusively, never through a link).
     let probe =
         crate::beneath::RootDir::open(dir, crate::config::DEFAULT_DIR_MODE).and_then(|root| {
-            let mut name = crate::name::Name::temp();
+            let name = crate::name::Name::temp();
             let fd = crate::beneath::open(
                 root.fd(),
                 name.as_cstr(),

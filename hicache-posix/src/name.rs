@@ -33,6 +33,9 @@ impl Name {
         }
         self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
         self.len += bytes.len();
+        // The terminator follows the name at all times, so borrowing it as a C string
+        // needs no write.
+        self.buf[self.len] = 0;
         Ok(())
     }
 
@@ -68,8 +71,7 @@ impl Name {
         name
     }
 
-    pub(crate) fn as_cstr(&mut self) -> &CStr {
-        self.buf[self.len] = 0;
+    pub(crate) fn as_cstr(&self) -> &CStr {
         CStr::from_bytes_with_nul(&self.buf[..=self.len]).expect("no interior NUL in names")
     }
 

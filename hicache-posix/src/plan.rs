@@ -176,16 +176,15 @@ impl Plan {
         let (root, bucket) = self.routes[i];
         let root = &roots[root];
         let name = self.name(i);
-        let result = match self.kind {
-            OpKind::Write => {
-                io::write_object(root, bucket, name, self.iov(i), self.sync).map(|()| Outcome::Done)
-            }
-            OpKind::Read => {
-                io::read_object(root, bucket, name, self.iov(i), scratch).map(Outcome::Read)
-            }
-            OpKind::Exists => io::object_exists(root, bucket, name).map(Outcome::Exists),
-            OpKind::Remove => io::remove_object(root, bucket, name).map(|()| Outcome::Done),
-        };
+        let result = io::run_item(
+            root,
+            self.kind,
+            self.sync,
+            bucket,
+            name,
+            self.iov(i),
+            scratch,
+        );
         self.set(i, result.map_err(to_error));
     }
 }

@@ -83,7 +83,7 @@ pub fn probe_dir(dir: &Path, direct: bool) -> Result<DirProbe, DirProblem> {
 /// file has an unpredictable name and is created exclusively, never through a link.
 fn round_trip(dir: &Path, align: u64, direct: bool) -> std::io::Result<()> {
     let root = crate::beneath::RootDir::open(dir, crate::config::DEFAULT_DIR_MODE)?;
-    let mut name = crate::name::Name::temp();
+    let name = crate::name::Name::temp();
     let len = (2 * align.max(4096)) as usize;
     let mut out = AlignedBuf::zeroed(len, align.max(4096) as usize)
         .map_err(|e| std::io::Error::other(e.to_string()))?;

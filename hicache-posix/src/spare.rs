@@ -41,7 +41,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::beneath::{self, RootDir};
-use crate::name::Name;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
@@ -207,36 +206,6 @@ impl SparePool {
     /// Whether our dir vanished (writes then use temporary files).
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Relaxed)
-    }
-
-    /// A file to write `len` bytes into before publishing: a recycled spare of that size, or
-    /// a fresh file in our dir. None when our dir is gone (or the file cannot be made):
-    /// the caller uses a temporary file instead.
-    pub(crate) fn stage(
-        &self,
-        len: u64,
-        direct: libc::c_int,
-        file_mode: u32,
-    ) -> Option<(u64, Name, OwnedFd)> {
-        if let Some(id) = self.take(len) {
-            let mut n = Name::spare(id);
-            if let Ok(fd) = beneath::open(self.fd(), n.as_cstr(), libc::O_WRONLY | direct, 0) {
-                return Some((id, n, fd));
-            }
-            // The spare vanished (or is no longer a plain file): make a new one.
-        }
-        let id = self.fresh();
-        let mut n = Name::spare(id);
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct;
-        match beneath::open(self.fd(), n.as_cstr(), flags, file_mode) {
-            Ok(fd) => Some((id, n, fd)),
-            Err(e) => {
-                if e.kind() == io::ErrorKind::NotFound {
-                    self.lost_if_removed();
-                }
-                None
-            }
-        }
     }
 
     /// Whether our dir was removed from the tree (someone cleaned the root); from then on
@@ -542,13 +511,14 @@ mod tests {
     }
 
     #[test]
-    fn a_vanished_dir_falls_back_to_temp_files() {
+    fn a_vanished_dir_leaves_the_pool_lost() {
         let dir = tempfile::tempdir().unwrap();
         let root = RootDir::open(dir.path(), 0o700).unwrap();
         let pool = SparePool::new(&root, 1000, 0o700).unwrap();
-        assert!(pool.stage(10, 0, 0o600).is_some());
+        assert!(!pool.lost_if_removed());
         std::fs::remove_dir_all(top(dir.path())).unwrap();
-        assert!(pool.stage(10, 0, 0o600).is_none());
+        // Writes then stage in temp files (`io::tests::a_removed_tree_is_recreated_…`).
+        assert!(pool.lost_if_removed());
         assert!(pool.is_lost());
     }
 }

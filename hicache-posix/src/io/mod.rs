@@ -1,24 +1,21 @@
-//! Blocking per-object operations: atomic publish, verified reads, stat, unlink.
+//! The thread pool's executor: an operation's steps ([`crate::protocol::op`]) as blocking
+//! system calls, one after another, with the results handed to [`Op::advance`].
 //!
 //! Every path operation goes through [`crate::beneath`]: objects are reached from their
-//! bucket dir's handle by one name, and no link is ever followed. Names are built in stack
+//! bucket dir's handle by one name, and no link is ever followed. Names live in stack
 //! buffers and transfers are single vectored syscalls, so the hot path allocates nothing per
-//! page. A short write is continued or reported, a short read is a miss (the file ended):
-//! neither counts as success; `EINTR` is retried. What a read saw is judged by
-//! [`crate::protocol`], as for the io_uring engine.
+//! page; `EINTR` is retried. `Read ⇒ Guard` runs as one `preadv`.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use hicache_core::{MissReason, ReadOutcome};
 
 use crate::beneath::{self, RootDir};
 use crate::config::SyncMode;
-use crate::name::Name;
-use crate::protocol::{self, AfterRename, Guard, Stored};
+use crate::plan::{OpKind, Outcome};
+use crate::protocol::Guard;
+use crate::protocol::op::{MAX_STEPS, NOT_RUN, Next, Op, Rename, Step};
 
 /// A storage dir as the I/O code sees it.
 #[derive(Debug)]
@@ -70,304 +67,40 @@ pub(crate) struct IoFailure {
     pub(crate) error: io::Error,
 }
 
-fn retry_eintr<T: PartialOrd + Default>(mut f: impl FnMut() -> T) -> io::Result<T> {
-    loop {
-        let r = f();
-        if r >= T::default() {
-            return Ok(r);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
+/// A syscall result as the kernel gives io_uring's: the value, or minus the errno.
+fn kernel_result(r: io::Result<u64>) -> i64 {
+    match r {
+        Ok(n) => i64::try_from(n).unwrap_or(i64::MAX),
+        Err(e) => -i64::from(e.raw_os_error().unwrap_or(libc::EIO)),
     }
 }
 
-/// Vectored transfer of exactly the iovecs' total, continuing after short transfers.
+/// One vectored transfer at `offset`, retried on `EINTR`.
 ///
 /// Raw `pwritev`/`preadv`, not `nix`'s: those take `IoSlice`s, which are Rust slices, and
 /// these iovecs point into registered memory that the kernel reads or writes while only the
 /// plan's pins (not Rust references) guard it.
-fn transfer_all(fd: &OwnedFd, iov: &[libc::iovec], write: bool) -> io::Result<u64> {
-    let total: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
-    let call = |v: &[libc::iovec], off: u64| -> isize {
+fn transfer(fd: &OwnedFd, iov: &[libc::iovec], offset: u64, write: bool) -> io::Result<u64> {
+    let count = libc::c_int::try_from(iov.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many iovecs"))?;
+    let offset = libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset out of range"))?;
+    loop {
         // SAFETY: every iovec points into memory the caller resolved against a live
-        // registration; the fd is open.
-        unsafe {
+        // registration, or into the worker's own guard block; the fd is open.
+        let n = unsafe {
             if write {
-                libc::pwritev(
-                    fd.as_raw_fd(),
-                    v.as_ptr(),
-                    v.len() as libc::c_int,
-                    off as libc::off_t,
-                )
+                libc::pwritev(fd.as_raw_fd(), iov.as_ptr(), count, offset)
             } else {
-                libc::preadv(
-                    fd.as_raw_fd(),
-                    v.as_ptr(),
-                    v.len() as libc::c_int,
-                    off as libc::off_t,
-                )
+                libc::preadv(fd.as_raw_fd(), iov.as_ptr(), count, offset)
             }
-        }
-    };
-    let first = retry_eintr(|| call(iov, 0))? as u64;
-    if first == total || first == 0 {
-        return Ok(first);
-    }
-    // Short transfer: continue from where it stopped (rare; allocating here is fine).
-    let mut rest: Vec<libc::iovec> = iov.to_vec();
-    advance(&mut rest, first);
-    let mut done = first;
-    while done < total {
-        let n = retry_eintr(|| call(&rest, done))? as u64;
-        if n == 0 {
-            break; // EOF (read) or no progress (write): the caller reports the short count
-        }
-        done += n;
-        advance(&mut rest, n);
-    }
-    Ok(done)
-}
-
-/// Drops the first `n` bytes from a list of iovecs.
-fn advance(iov: &mut Vec<libc::iovec>, mut n: u64) {
-    let mut consumed = 0;
-    while consumed < iov.len() && n >= iov[consumed].iov_len as u64 {
-        n -= iov[consumed].iov_len as u64;
-        consumed += 1;
-    }
-    iov.drain(..consumed);
-    if let Some(head) = iov.first_mut() {
-        // SAFETY: n < head.iov_len, so the advanced pointer stays inside the buffer.
-        head.iov_base = unsafe { head.iov_base.cast::<u8>().add(n as usize) }.cast();
-        head.iov_len -= n as usize;
-    }
-}
-
-/// Where a write's bytes go before they are published.
-enum Staged {
-    /// A file in this process's spare dir (recycled, or fresh there).
-    Spare(u64, Name),
-    /// A temporary file in the bucket dir.
-    Temp(Name),
-}
-
-impl Root {
-    fn bucket_path(&self, bucket: [u8; 2]) -> PathBuf {
-        self.dir.bucket_path(bucket)
-    }
-
-    /// The bucket dir's handle.
-    fn bucket(&self, bucket: [u8; 2]) -> Result<Arc<OwnedFd>, IoFailure> {
-        self.dir.bucket(bucket).map_err(|error| IoFailure {
-            op: "open bucket dir",
-            path: self.bucket_path(bucket),
-            error,
-        })
-    }
-
-    /// The bucket dir's handle again when `fd` was removed from the tree (the dir is
-    /// recreated), else None: a miss there is a real miss.
-    fn renewed(
-        &self,
-        bucket: [u8; 2],
-        fd: &Arc<OwnedFd>,
-    ) -> Result<Option<Arc<OwnedFd>>, IoFailure> {
-        if !beneath::is_removed(fd.as_fd()) {
-            return Ok(None);
-        }
-        tracing::debug!(bucket = %self.bucket_path(bucket).display(), "bucket dir was removed; recreating it");
-        self.dir
-            .reopen(bucket, Some(fd))
-            .map(Some)
-            .map_err(|error| IoFailure {
-                op: "recreate bucket dir",
-                path: self.bucket_path(bucket),
-                error,
-            })
-    }
-}
-
-/// Writes an object atomically.
-///
-/// The bytes go to a file no reader can find — a recycled spare of the right size when the
-/// root has one (overwritten in place), else a new temporary file with an unpredictable
-/// name — which is then published under the final name by `renameat2(RENAME_NOREPLACE)` for a
-/// new key, `renameat2(RENAME_EXCHANGE)` for a stored one (the replaced object becomes a
-/// spare), or `renameat`. Readers see the old object, the new one,
-/// or none — never a partial one. `sync` says what is flushed before the call returns.
-pub(crate) fn write_object(
-    root: &Root,
-    bucket: [u8; 2],
-    name: &[u8],
-    iov: &[libc::iovec],
-    sync: SyncMode,
-) -> Result<(), IoFailure> {
-    let total: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
-    let direct = if root.direct { libc::O_DIRECT } else { 0 };
-    let at = |op, bucket_name: &[u8], error| IoFailure {
-        op,
-        path: root.dir.object_path(bucket, bucket_name),
-        error,
-    };
-    let mut dst = Name::object(name).map_err(|e| at("build name", name, e))?;
-    let mut bdir = root.bucket(bucket)?;
-    let spares = root.spares.as_ref().filter(|p| !p.is_lost());
-    let staged = spares.and_then(|pool| pool.stage(total, direct, root.file_mode));
-    let (mut staged, fd) = match staged {
-        Some((id, n, fd)) => (Staged::Spare(id, n), fd),
-        None => {
-            let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct;
-            let mut tmp = Name::temp();
-            let fd = match beneath::open(bdir.as_fd(), tmp.as_cstr(), flags, root.file_mode) {
-                Ok(fd) => fd,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    // The bucket dir vanished (someone cleaned the root): recreate it once.
-                    match root.renewed(bucket, &bdir)? {
-                        Some(fresh) => bdir = fresh,
-                        None => return Err(at("create", tmp.as_bytes(), e)),
-                    }
-                    beneath::open(bdir.as_fd(), tmp.as_cstr(), flags, root.file_mode)
-                        .map_err(|e| at("create", tmp.as_bytes(), e))?
-                }
-                Err(e) => return Err(at("create", tmp.as_bytes(), e)),
-            };
-            (Staged::Temp(tmp), fd)
-        }
-    };
-    let outcome = (|| {
-        let n = transfer_all(&fd, iov, true).map_err(|e| ("pwritev", e))?;
-        if n != total {
-            return Err((
-                "pwritev",
-                io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    format!("short write: {n} of {total} bytes"),
-                ),
-            ));
-        }
-        if sync != SyncMode::None {
-            beneath::retry(|| nix::unistd::fdatasync(&fd)).map_err(|e| ("fdatasync", e))?;
-            root.flushed.file();
-        }
-        Ok(())
-    })();
-    drop(fd);
-    if let Err((op, e)) = outcome {
-        let path = match &staged {
-            Staged::Spare(_, n) => spares
-                .expect("staged by the pool")
-                .path()
-                .join(String::from_utf8_lossy(n.as_bytes()).as_ref()),
-            Staged::Temp(n) => root.dir.object_path(bucket, n.as_bytes()),
         };
-        discard(&mut staged, spares, &bdir);
-        return Err(IoFailure { op, path, error: e });
-    }
-    if let Err(e) = publish(root, bucket, &mut bdir, &mut staged, &mut dst, spares) {
-        discard(&mut staged, spares, &bdir);
-        return Err(at("rename", name, e));
-    }
-    if sync == SyncMode::Full {
-        beneath::fsync(bdir.as_fd()).map_err(|error| IoFailure {
-            op: "fsync bucket dir",
-            path: root.dir.bucket_path(bucket),
-            error,
-        })?;
-        root.flushed.dir();
-    }
-    Ok(())
-}
-
-/// Removes a staged file that will not be published.
-fn discard(staged: &mut Staged, spares: Option<&crate::spare::SparePool>, bdir: &OwnedFd) {
-    let _ = match staged {
-        Staged::Spare(_, n) => match spares {
-            Some(pool) => beneath::unlink(pool.fd(), n.as_cstr()),
-            None => Ok(()),
-        },
-        Staged::Temp(n) => beneath::unlink(bdir.as_fd(), n.as_cstr()),
-    };
-}
-
-/// Moves a staged file under its final name, recreating a bucket dir removed meanwhile.
-fn publish(
-    root: &Root,
-    bucket: [u8; 2],
-    bdir: &mut Arc<OwnedFd>,
-    staged: &mut Staged,
-    dst: &mut Name,
-    spares: Option<&crate::spare::SparePool>,
-) -> io::Result<()> {
-    let renew = |bdir: &mut Arc<OwnedFd>| -> io::Result<bool> {
-        match root.renewed(bucket, bdir) {
-            Ok(Some(fresh)) => {
-                *bdir = fresh;
-                Ok(true)
-            }
-            Ok(None) => Ok(false),
-            Err(f) => Err(f.error),
+        if n >= 0 {
+            return Ok(n as u64);
         }
-    };
-    match staged {
-        Staged::Spare(id, tmp) => {
-            let pool = spares.expect("a spare came from the pool");
-            if pool.exchange.load(Ordering::Relaxed) {
-                let mut exchanged = false;
-                let mut result = beneath::rename_noreplace(
-                    pool.fd(),
-                    tmp.as_cstr(),
-                    bdir.as_fd(),
-                    dst.as_cstr(),
-                );
-                loop {
-                    match protocol::after_rename(result, exchanged) {
-                        AfterRename::Published => {
-                            // An exchange left the replaced object under the spare's name.
-                            if exchanged
-                                && !protocol::recycle(
-                                    pool,
-                                    *id,
-                                    beneath::stat(pool.fd(), tmp.as_cstr()),
-                                )
-                            {
-                                let _ = beneath::unlink(pool.fd(), tmp.as_cstr());
-                            }
-                            return Ok(());
-                        }
-                        AfterRename::Exchange => {
-                            exchanged = true;
-                            result = beneath::exchange(
-                                pool.fd(),
-                                tmp.as_cstr(),
-                                bdir.as_fd(),
-                                dst.as_cstr(),
-                            );
-                        }
-                        AfterRename::Rename { unsupported } => {
-                            if unsupported {
-                                pool.exchange.store(false, Ordering::Relaxed);
-                            }
-                            break;
-                        }
-                        // The plain rename below recreates the bucket dir.
-                        AfterRename::BucketGone => break,
-                        AfterRename::Failed(e) => return Err(e),
-                    }
-                }
-            }
-            match beneath::rename(pool.fd(), tmp.as_cstr(), bdir.as_fd(), dst.as_cstr()) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound && renew(bdir)? => {
-                    beneath::rename(pool.fd(), tmp.as_cstr(), bdir.as_fd(), dst.as_cstr())
-                }
-                r => r,
-            }
-        }
-        Staged::Temp(tmp) => {
-            // A temp file lives in the bucket dir itself: if that dir was removed, the file
-            // went with it, and the write fails (the caller may retry).
-            beneath::rename(bdir.as_fd(), tmp.as_cstr(), bdir.as_fd(), dst.as_cstr())
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
         }
     }
 }
@@ -392,147 +125,173 @@ impl ReadScratch {
             iov: Vec::new(),
         })
     }
+
+    /// `Read ⇒ Guard` as one `preadv` of the object's iovecs and the guard: the results of
+    /// the two steps (the bytes before the expected end, the bytes past it).
+    fn read_with_guard(&mut self, fd: &OwnedFd, iov: &[libc::iovec], expected: u64) -> (i64, i64) {
+        self.iov.clear();
+        self.iov.extend_from_slice(iov);
+        self.iov.push(self.guard.iovec());
+        // A regular file's read stops short only at its end, so one call tells the length:
+        // no continuing (which, under O_DIRECT at an unaligned end, would only fail).
+        let read = transfer(fd, &self.iov, 0, false);
+        self.iov.clear();
+        match read {
+            Ok(n) => (
+                kernel_result(Ok(n.min(expected))),
+                kernel_result(Ok(n.saturating_sub(expected))),
+            ),
+            Err(e) => {
+                let r = kernel_result(Err(e));
+                (r, r)
+            }
+        }
+    }
 }
 
-/// Reads an object whose length must be exactly the iovecs' total (see
-/// [`crate::protocol`]: one `preadv` of the object and a guard block proves the length).
-pub(crate) fn read_object(
+/// Runs `op` to its end with blocking calls, one step after another, following the links
+/// [`Op::steps`] describes: a step that fails or a write that ends short stops its phase
+/// (the rest report [`NOT_RUN`]), except where a step [goes on](Step::goes_on). What the
+/// results mean is [`Op::advance`]'s to say.
+pub(crate) fn run(
     root: &Root,
+    op: &mut Op,
+    iov: &[libc::iovec],
+    scratch: &mut ReadScratch,
+) -> Result<Outcome, IoFailure> {
+    let mut file: Option<OwnedFd> = None;
+    loop {
+        let steps = op.steps();
+        let list = steps.as_slice();
+        let mut res = [NOT_RUN; MAX_STEPS];
+        let mut k = 0;
+        while k < list.len() {
+            let step = list[k];
+            if step == Step::Read
+                && list.get(k + 1) == Some(&Step::Guard)
+                && let Some(fd) = file.as_ref()
+            {
+                (res[k], res[k + 1]) = scratch.read_with_guard(fd, iov, op.expected());
+                k += 2;
+                continue;
+            }
+            let r = execute(root, op, step, iov, &mut file, scratch);
+            res[k] = r;
+            let short = step == Step::Write && r >= 0 && r as u64 != op.remaining();
+            if (r < 0 || short) && !step.goes_on() {
+                break;
+            }
+            k += 1;
+        }
+        match op.advance(root, iov, &res[..list.len()]) {
+            Next::Run => {}
+            Next::Done(result) => return result,
+        }
+    }
+}
+
+/// One step as a blocking call; its result as the kernel would give it to io_uring.
+fn execute(
+    root: &Root,
+    op: &mut Op,
+    step: Step,
+    iov: &[libc::iovec],
+    file: &mut Option<OwnedFd>,
+    scratch: &mut ReadScratch,
+) -> i64 {
+    let no_file = || -(libc::EBADF as i64);
+    match step {
+        Step::OpenStaged | Step::OpenObject => {
+            let (flags, mode) = op.open_flags(step, root);
+            let (dir, name) = match step {
+                Step::OpenStaged => (op.stage_dir(root), op.tmp()),
+                _ => (op.bucket(), op.name()),
+            };
+            match beneath::open(dir, name.as_cstr(), flags, mode) {
+                Ok(fd) => {
+                    *file = Some(fd);
+                    0
+                }
+                Err(e) => kernel_result(Err(e)),
+            }
+        }
+        Step::Write => match file.as_ref() {
+            Some(fd) => kernel_result(transfer(fd, op.write_iov(iov), op.written(), true)),
+            None => no_file(),
+        },
+        Step::Read => match file.as_ref() {
+            Some(fd) => kernel_result(transfer(fd, iov, 0, false)),
+            None => no_file(),
+        },
+        Step::Guard => match file.as_ref() {
+            Some(fd) => {
+                let guard = [scratch.guard.iovec()];
+                kernel_result(transfer(fd, &guard, op.expected(), false))
+            }
+            None => no_file(),
+        },
+        Step::DataSync => match file.as_ref() {
+            Some(fd) => kernel_result(beneath::retry(|| nix::unistd::fdatasync(fd)).map(|()| 0)),
+            None => no_file(),
+        },
+        Step::Close => match file.take() {
+            // The descriptor is released whatever close says; its error still counts (a
+            // write's data may not have reached the file).
+            Some(fd) => kernel_result(nix::unistd::close(fd).map(|()| 0).map_err(io::Error::from)),
+            None => no_file(),
+        },
+        Step::Publish(how) => {
+            let (from_dir, from) = (op.stage_dir(root), op.tmp().as_cstr());
+            let (to_dir, to) = (op.bucket(), op.name().as_cstr());
+            kernel_result(
+                match how {
+                    Rename::NoReplace => beneath::rename_noreplace(from_dir, from, to_dir, to),
+                    Rename::Exchange => beneath::exchange(from_dir, from, to_dir, to),
+                    Rename::Plain => beneath::rename(from_dir, from, to_dir, to),
+                }
+                .map(|()| 0),
+            )
+        }
+        Step::SyncDir => kernel_result(beneath::fsync(op.bucket()).map(|()| 0)),
+        Step::StatName => match beneath::stat(op.bucket(), op.name().as_cstr()) {
+            Ok(st) => {
+                op.stx.stx_mode = st.st_mode as u16;
+                0
+            }
+            Err(e) => kernel_result(Err(e)),
+        },
+        Step::MoveToSpare => match root.spares.as_ref() {
+            Some(pool) => kernel_result(
+                beneath::rename(
+                    op.bucket(),
+                    op.name().as_cstr(),
+                    pool.fd(),
+                    op.tmp().as_cstr(),
+                )
+                .map(|()| 0),
+            ),
+            None => -(libc::ENOENT as i64),
+        },
+        Step::Unlink => {
+            kernel_result(beneath::unlink(op.bucket(), op.name().as_cstr()).map(|()| 0))
+        }
+    }
+}
+
+/// Runs one operation of `kind` on object `name` with blocking calls (the thread pool's
+/// way of running a plan's item).
+pub(crate) fn run_item(
+    root: &Root,
+    kind: OpKind,
+    sync: SyncMode,
     bucket: [u8; 2],
     name: &[u8],
     iov: &[libc::iovec],
     scratch: &mut ReadScratch,
-) -> Result<ReadOutcome, IoFailure> {
-    let fail = |op, error| IoFailure {
-        op,
-        path: root.dir.object_path(bucket, name),
-        error,
-    };
-    let mut n = Name::object(name).map_err(|e| fail("build name", e))?;
-    // O_NONBLOCK: opening a FIFO planted under the root must not hang (it changes nothing
-    // for regular files).
-    let mut flags = libc::O_RDONLY | libc::O_NONBLOCK;
-    if root.direct {
-        flags |= libc::O_DIRECT;
-    }
-    // Spares are not reused while a read that may hold one of their inodes is in flight.
-    let _reading = root.spares.as_ref().map(|p| ReadGuard::new(&p.reads));
-    let mut bdir = root.bucket(bucket)?;
-    let fd = loop {
-        match beneath::open(bdir.as_fd(), n.as_cstr(), flags, 0) {
-            Ok(fd) => break fd,
-            Err(e) if e.raw_os_error().is_some_and(protocol::is_missing) => {
-                match root.renewed(bucket, &bdir)? {
-                    Some(fresh) => bdir = fresh,
-                    None => return Ok(ReadOutcome::Miss(MissReason::NotFound)),
-                }
-            }
-            Err(e) => return Err(fail("open", e)),
-        }
-    };
-    let expected: u64 = iov.iter().map(|v| v.iov_len as u64).sum();
-    scratch.iov.clear();
-    scratch.iov.extend_from_slice(iov);
-    scratch.iov.push(scratch.guard.iovec());
-    // A regular file's read stops short only at its end, so one call tells the length: no
-    // continuing (which, under O_DIRECT at an unaligned end, would only fail with EINVAL).
-    let list = &scratch.iov;
-    // SAFETY: the object's iovecs point into memory the caller resolved against a live
-    // registration, the guard's into this thread's scratch; the fd is open.
-    let read = retry_eintr(|| unsafe {
-        libc::preadv(fd.as_raw_fd(), list.as_ptr(), list.len() as libc::c_int, 0)
-    })
-    .map_err(|e| fail("preadv", e));
-    scratch.iov.clear();
-    let read = read? as u64;
-    let look = || {
-        nix::sys::stat::fstat(&fd).ok().map(|st| Stored {
-            regular: beneath::is_file(&st),
-            size: st.st_size as u64,
-        })
-    };
-    protocol::read_outcome(
-        expected,
-        read.min(expected),
-        read.saturating_sub(expected),
-        look,
-    )
-    .map_err(|e| fail("preadv", e))
-}
-
-/// Marks a read in flight for the spare pool's reuse rule.
-struct ReadGuard<'a>(&'a crate::spare::ReadTracker);
-
-impl<'a> ReadGuard<'a> {
-    fn new(t: &'a crate::spare::ReadTracker) -> Self {
-        t.enter();
-        ReadGuard(t)
-    }
-}
-
-impl Drop for ReadGuard<'_> {
-    fn drop(&mut self) {
-        self.0.exit();
-    }
-}
-
-/// Whether a complete object exists (a regular file under its final name). A link under
-/// the name is an error, never followed.
-pub(crate) fn object_exists(root: &Root, bucket: [u8; 2], name: &[u8]) -> Result<bool, IoFailure> {
-    let fail = |op, error| IoFailure {
-        op,
-        path: root.dir.object_path(bucket, name),
-        error,
-    };
-    let mut n = Name::object(name).map_err(|e| fail("build name", e))?;
-    let mut bdir = root.bucket(bucket)?;
-    loop {
-        match beneath::stat(bdir.as_fd(), n.as_cstr()) {
-            Ok(st) => {
-                return protocol::exists_by_type(st.st_mode & libc::S_IFMT)
-                    .map_err(|e| fail("stat", e));
-            }
-            Err(e) if e.raw_os_error().is_some_and(protocol::is_missing) => {
-                match root.renewed(bucket, &bdir)? {
-                    Some(fresh) => bdir = fresh,
-                    None => return Ok(false),
-                }
-            }
-            Err(e) => return Err(fail("stat", e)),
-        }
-    }
-}
-
-/// Removes an object (into the spare pool when it has room); a missing one is fine. A link
-/// under the name is unlinked itself, never followed.
-pub(crate) fn remove_object(root: &Root, bucket: [u8; 2], name: &[u8]) -> Result<(), IoFailure> {
-    let fail = |op, error| IoFailure {
-        op,
-        path: root.dir.object_path(bucket, name),
-        error,
-    };
-    let mut n = Name::object(name).map_err(|e| fail("build name", e))?;
-    let bdir = root.bucket(bucket)?;
-    if let Some(pool) = root.spares.as_ref().filter(|p| !p.is_lost())
-        && let Ok(st) = beneath::stat(bdir.as_fd(), n.as_cstr())
-        && beneath::is_file(&st)
-    {
-        let id = pool.fresh();
-        let mut spare = Name::spare(id);
-        if beneath::rename(bdir.as_fd(), n.as_cstr(), pool.fd(), spare.as_cstr()).is_ok() {
-            // Between the stat and the rename the name may have changed hands: only a
-            // regular file is kept.
-            if !protocol::recycle(pool, id, beneath::stat(pool.fd(), spare.as_cstr())) {
-                let _ = beneath::unlink(pool.fd(), spare.as_cstr());
-            }
-            return Ok(());
-        }
-    }
-    match beneath::unlink(bdir.as_fd(), n.as_cstr()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(fail("unlink", e)),
-    }
+) -> Result<Outcome, IoFailure> {
+    let expected = iov.iter().map(|v| v.iov_len as u64).sum();
+    let mut op = Op::new(root, kind, sync, bucket, name, expected)?;
+    run(root, &mut op, iov, scratch)
 }
 
 #[cfg(test)]

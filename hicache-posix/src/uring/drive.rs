@@ -6,8 +6,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use crate::plan::{self, Outcome};
 use hicache_core::Result;
 
-use super::chain::chain_len;
-use super::{ActiveJob, Driver, Job, MAX_FIXED_BUFFER, Msg};
+use super::{ActiveJob, Driver, Job, MAX_CHAIN, MAX_FIXED_BUFFER, Msg};
 
 impl Driver {
     fn handle(&mut self, msg: Msg) {
@@ -136,13 +135,12 @@ impl Driver {
     /// Starts queued items while slots and submission-queue room last.
     fn fill(&mut self) {
         while let (Some(&slot), Some(&(job, item))) = (self.free.last(), self.queue.front()) {
-            let plan = self.jobs[job]
-                .as_ref()
-                .expect("queued items belong to live jobs")
-                .job
-                .plan
-                .clone();
-            let chain = chain_len(&plan);
+            let Some(plan) = self.jobs[job].as_ref().map(|j| j.job.plan.clone()) else {
+                self.queue.pop_front();
+                continue;
+            };
+            // Room for the longest chain: later phases go on the same slot without a check.
+            let chain = MAX_CHAIN;
             // SAFETY: reading the queue's length only.
             let room = unsafe {
                 self.ring.submission_shared().capacity() - self.ring.submission_shared().len()
@@ -164,8 +162,7 @@ impl Driver {
                 self.finish_item(job, item, Err(plan::cancelled()));
                 continue;
             }
-            let retried = self.retry.remove(&(job, item));
-            match self.start(slot, job, item, &plan, retried) {
+            match self.start(slot, job, item, &plan) {
                 Ok(()) => {
                     self.free.pop();
                     self.inflight += 1;
@@ -192,23 +189,8 @@ impl Driver {
                     self.release_slot(slot_id);
                     continue;
                 };
-                match self.restart(slot_id, &plan) {
-                    Ok(true) => {
-                        self.release_slot(slot_id);
-                        self.queue.push_front((job, item));
-                        self.retry.insert((job, item));
-                        continue;
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        self.release_slot(slot_id);
-                        self.finish_item(job, item, Err(e));
-                        continue;
-                    }
-                }
-                let expected = plan.iov(item).iter().map(|v| v.iov_len as u64).sum::<u64>();
                 // None: the operation's next phase runs on the slot.
-                if let Some(result) = self.complete(slot_id, &plan, expected) {
+                if let Some(result) = self.complete(slot_id, &plan) {
                     self.release_slot(slot_id);
                     self.finish_item(job, item, result);
                 }
@@ -218,13 +200,8 @@ impl Driver {
     }
 
     fn release_slot(&mut self, slot_id: usize) {
-        let slot = &mut self.slots[slot_id];
-        slot.bucket = None;
-        if std::mem::take(&mut slot.reading)
-            && let Some(pool) = self.roots[slot.root].spares.as_ref()
-        {
-            pool.reads.exit();
-        }
+        // An operation still in the slot (its job went) is given up.
+        self.abandon(slot_id);
         self.free.push(slot_id);
         self.inflight -= 1;
     }

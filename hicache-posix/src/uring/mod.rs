@@ -1,40 +1,36 @@
-//! The io_uring engine: every object operation is a few linked chains of SQEs on one ring
-//! (one chain per phase, the next queued when the last completes), so a whole batch is in
-//! the kernel at once and one thread drives it. [`crate::protocol`] reads every result, as
-//! for the threads engine.
+//! The io_uring engine: each phase of an object operation ([`crate::protocol::op`]) is one
+//! chain of linked SQEs on one ring, so a whole batch is in the kernel at once and one
+//! thread drives it. The chain's results go back to [`crate::protocol::op::Op::advance`],
+//! exactly as the thread pool's do; it ends the item or names the next phase, queued on the
+//! same slot.
 //!
-//! | operation | chains (fixed-file slot per object) |
+//! | step | SQE (the open file sits in the slot's fixed-file entry) |
 //! |---|---|
-//! | write | `OPENAT2(spare or temp) → WRITEV → [FSYNC data] → CLOSE → RENAMEAT2(→ name, NOREPLACE) → [FSYNC bucket dir]`; a stored key then `RENAMEAT2(EXCHANGE) → [FSYNC bucket dir]`, a filesystem without the flags `RENAMEAT → [FSYNC bucket dir]` |
-//! | read | `OPENAT2(name) → READV (or READ_FIXED) ⇒ READ(guard, past the end) ⇒ CLOSE` |
-//! | exists | `STATX(name)` |
-//! | remove | `STATX(name)`, then `RENAMEAT(name → spare)` for a regular file or `UNLINKAT(name)`; without a spare dir `UNLINKAT(name)` |
+//! | `OpenStaged`, `OpenObject` | `OPENAT2` with `RESOLVE_BENEATH \| RESOLVE_NO_SYMLINKS`, `O_NOFOLLOW` |
+//! | `Write` | `WRITEV`, or `WRITE_FIXED`; after a short write `WRITEV` of the rest |
+//! | `Read` ⇒ `Guard` ⇒ | `READV` (or `READ_FIXED`) ⇒ `READ` past the end (`IO_HARDLINK`) |
+//! | `DataSync`, `Close`, `SyncDir` | `FSYNC(DATASYNC)`, `CLOSE`, `FSYNC` of the bucket dir |
+//! | `Publish`, `MoveToSpare` | `RENAMEAT` with `RENAME_NOREPLACE`, `RENAME_EXCHANGE` or none |
+//! | `StatName`, `Unlink` | `STATX` (links not followed), `UNLINKAT` |
 //!
-//! Every path is one name relative to the bucket dir's open handle (see [`crate::beneath`]):
-//! `OPENAT2` resolves with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` and `O_NOFOLLOW`, `STATX`
-//! does not follow links, so a link planted under a root fails the chain and is reported as
-//! [`hicache_core::Error::UnsafePath`]. A chain that fails because its bucket dir was removed
-//! meanwhile is started again once on the recreated dir.
-//!
-//! `⇒` is a hard link: the chain goes on when the step fails or ends short (the read's length
-//! is judged by [`crate::protocol`], the file must still close). Elsewhere a failing or short
-//! step cancels the rest of its chain (the kernel treats a short read or
-//! write in a link as a failure); the completion handler then closes a file left open, removes
-//! a temporary file, and reports the item — a short transfer is never counted as success.
-//! Paths live in a slab allocated once, so the hot path allocates nothing per page.
-//! Registered memory regions become io_uring fixed buffers where the kernel takes them, and an
-//! object whose bytes are one segment of such a region (bounce slots, anchor markers) moves with
-//! `READ_FIXED`/`WRITE_FIXED`, which skips pinning the pages on every transfer. Objects made of
-//! several regions (envelope header + pool spans) use `READV`/`WRITEV`: a vectored fixed
-//! transfer must stay inside one registered buffer.
+//! Every path is one name relative to an open dir (see [`crate::beneath`]), so a link
+//! planted under a root fails the chain and is reported as
+//! [`hicache_core::Error::UnsafePath`]. Elsewhere than `⇒` a failing or short step cancels
+//! the rest of its chain (`IO_LINK`; the kernel treats a short read or write in a link as a
+//! failure), which is the step contract [`crate::protocol::op`] states; a file left open is
+//! released from its fixed slot. Names and `statx` live in the slot's operation, so the hot
+//! path allocates nothing per page. Registered memory regions become io_uring fixed buffers
+//! where the kernel takes them, and an object whose bytes are one segment of such a region
+//! (bounce slots, anchor markers) moves with `READ_FIXED`/`WRITE_FIXED`, which skips pinning
+//! the pages on every transfer. Objects made of several regions (envelope header + pool
+//! spans) use `READV`/`WRITEV`: a vectored fixed transfer must stay inside one registered
+//! buffer.
 //!
 //! Here: the engine's handle and the driver's state; `drive` runs the driver's loop, `chain`
-//! builds each chain and reads its completions back, `publish` the phases of a write's
-//! publish.
+//! turns steps into SQEs and results back into the operation.
 
 mod chain;
 mod drive;
-mod publish;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -45,14 +41,13 @@ use std::thread::JoinHandle;
 
 use crate::flight::Completion;
 use crate::io::Root;
-use crate::name::Name;
 use crate::plan::Plan;
 use crate::protocol::Guard;
+use crate::protocol::op::{MAX_STEPS, Op};
 use io_uring::{IoUring, Probe, opcode, types};
-use std::os::fd::OwnedFd;
 
-/// Longest chain (write with `sync = full`).
-const MAX_CHAIN: u32 = 6;
+/// Longest chain: the most steps in a phase.
+const MAX_CHAIN: u32 = MAX_STEPS as u32;
 /// Fixed-buffer table size.
 const BUFFER_SLOTS: u32 = 64;
 /// The kernel's limit for one registered buffer.
@@ -201,49 +196,15 @@ impl Drop for UringEngine {
     }
 }
 
-/// Where a slot's operation stands: each phase is one chain; a finished chain either ends
-/// the operation or starts the next phase on the same slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    /// The operation's first chain (for a write: stage, write, publish).
-    Main,
-    /// Write: exchange the staged spare with the stored object under the key.
-    Exchange,
-    /// Write: publish the staged file with a plain rename.
-    Rename,
-    /// Remove: what is under the name?
-    RemoveStat,
-    /// Remove: move the regular file into the spare dir.
-    RemoveToSpare,
-    /// Remove: unlink the name.
-    Unlink,
-}
-
 /// Per in-flight object state, at a stable address for the kernel.
 struct Slot {
-    name: Name,
-    /// The staged file's name: a spare (in the root's spare dir) or a temp (in the bucket).
-    tmp: Name,
+    /// The item's operation (None while the slot is free).
+    op: Option<Op>,
     how: types::OpenHow,
-    /// The bucket dir the chain works in, open until the chain ends.
-    bucket: Option<Arc<OwnedFd>>,
-    /// Whether the item was started again after its bucket dir (or spare) went.
-    retried: bool,
-    /// Whether the bucket dir was recreated during a publish.
-    renewed: bool,
-    phase: Phase,
-    /// The spare id `tmp` names, when the operation stages or recycles through the spare dir.
-    spare: Option<u64>,
-    /// Whether the write's first chain published with `RENAME_NOREPLACE` (decided when it
-    /// started: the filesystem may refuse the flag meanwhile).
-    noreplace: bool,
-    /// Whether a read in flight is counted in the root's read tracker (see `crate::spare`).
-    reading: bool,
-    /// The root the item lives under.
-    root: usize,
-    stx: libc::statx,
     /// Where a read's bytes past the object's expected end land.
     guard: Guard,
+    /// The root the item lives under.
+    root: usize,
     job: usize,
     item: usize,
     pending: u32,
@@ -267,8 +228,6 @@ struct Driver {
     free: Vec<usize>,
     jobs: Vec<Option<ActiveJob>>,
     queue: VecDeque<(usize, usize)>,
-    /// Queued items that run a second time (their bucket dir was recreated).
-    retry: std::collections::HashSet<(usize, usize)>,
     inflight: usize,
     /// Completions of one reap, (user data, result); kept for the next.
     completed: Vec<(u64, i32)>,
@@ -287,19 +246,9 @@ impl Driver {
         let slots = guards
             .into_iter()
             .map(|guard| Slot {
-                name: Name::new(),
-                tmp: Name::new(),
+                op: None,
                 how: types::OpenHow::new(),
-                bucket: None,
-                retried: false,
-                // SAFETY: statx is plain old data; all-zero is a valid value.
-                stx: unsafe { std::mem::zeroed() },
                 guard,
-                renewed: false,
-                phase: Phase::Main,
-                spare: None,
-                noreplace: false,
-                reading: false,
                 root: 0,
                 job: 0,
                 item: 0,
@@ -318,7 +267,6 @@ impl Driver {
             free: (0..n).rev().collect(),
             jobs: Vec::new(),
             queue: VecDeque::new(),
-            retry: std::collections::HashSet::new(),
             inflight: 0,
             completed: Vec::new(),
         }

@@ -157,12 +157,10 @@ async fn a_full_filesystem_fails_writes_per_page_and_leaks_no_space() {
                 .collect();
             assert!(written > 0, "{engine:?} round {round}: nothing fit");
             assert!(!full.is_empty(), "{engine:?} round {round}: everything fit");
-            // The threads engine continues a short write until the kernel says ENOSPC; the
-            // io_uring engine reports the short write itself (it does not continue short
-            // transfers yet). Either way the page fails, named, and nothing is left behind.
+            // Both engines continue a short write until the kernel says ENOSPC (one protocol,
+            // `crate::protocol::op`): the page fails, named, and nothing is left behind.
             assert!(
-                full.iter().all(|e| e.contains("os error 28")
-                    || (engine == EngineChoice::Uring && e.contains("short write"))),
+                full.iter().all(|e| e.contains("os error 28")),
                 "{engine:?}: {full:?}"
             );
             let got = cache.batch_get(&ks, HostSlots::Pages(&dst)).await.unwrap();

@@ -1,12 +1,13 @@
-//! What an object operation's system calls mean, decided in one place for both engines (the
-//! thread pool runs the calls one by one, io_uring as a linked chain), so the two cannot
-//! drift apart.
+//! What an object operation's system calls mean, decided in one place for both engines:
+//! [`op`] writes each operation as phases of steps with one interpreter of their results
+//! (the thread pool runs the steps one by one, io_uring as a linked chain); the rules it
+//! applies are here.
 //!
 //! **Read**: `open(name) → read(expected bytes + a guard block) → close`. The guard asks for
 //! bytes past the expected end in the same call, so one read of the opened file proves its
 //! length: no `stat` before the open that a concurrent replacement could slip past, and no
-//! `fstat` after it. Only a miss looks closer (at the opened file where it is still open), to
-//! report the stored size and to refuse what is not a regular file.
+//! `fstat` after it. Only a miss looks closer, at the name again (the file is closed by
+//! then), to report the stored size and to refuse what is not a regular file.
 //!
 //! **Exists**: `stat(name)` without following links: a regular file exists, a link is an
 //! error, anything else is absent.
@@ -19,6 +20,8 @@
 //!
 //! **Remove**: a regular file moves into the spare dir and is [recycled](recycle); anything
 //! else under the name is unlinked (a link itself, never what it points to).
+
+pub(crate) mod op;
 
 use std::io;
 
