@@ -14,9 +14,9 @@ use hicache_core::{Error, MemKind, MemoryRegion, ReadOutcome, Result};
 use crate::NAME;
 use crate::config::{EngineChoice, PosixConfig};
 use crate::fsinfo::{self, FsInfo};
-use crate::io::Root;
 use crate::plan::{Held, OpKind, Outcome, Plan};
 use crate::probe::DirProbe;
+use crate::root::Root;
 use crate::threads::ThreadEngine;
 use crate::uring::UringEngine;
 
@@ -370,7 +370,7 @@ fn start_threads(
 /// A failed dir operation as the core error: a link met under the root is
 /// [`Error::UnsafePath`].
 fn dir_error(op: &'static str, path: PathBuf, e: std::io::Error) -> Error {
-    crate::plan::to_error(crate::io::IoFailure { op, path, error: e })
+    crate::plan::to_error(crate::root::IoFailure { op, path, error: e })
 }
 
 /// Creates a storage dir and its 256 bucket dirs (`00`..`ff`) with `mode`, and opens it. The

@@ -12,6 +12,7 @@ mod name;
 mod plan;
 mod probe;
 mod protocol;
+mod root;
 mod spare;
 mod threads;
 mod uring;

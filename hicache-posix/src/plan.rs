@@ -5,27 +5,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use hicache_core::raw::{SourceSlice, TargetSlice};
-use hicache_core::{Error, ReadOutcome, Result};
+use hicache_core::{Error, Result};
 
 use crate::NAME;
-use crate::io::{self, IoFailure, Root};
-
-/// The operation a plan performs on every item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OpKind {
-    Write,
-    Read,
-    Exists,
-    Remove,
-}
-
-/// The successful outcome of one item.
-#[derive(Debug)]
-pub(crate) enum Outcome {
-    Done,
-    Read(ReadOutcome),
-    Exists(bool),
-}
+use crate::io;
+pub(crate) use crate::protocol::{OpKind, Outcome};
+use crate::root::{IoFailure, Root};
 
 /// A pin a plan holds on the memory its iovecs point into.
 #[derive(Debug)]

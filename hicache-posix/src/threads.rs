@@ -11,8 +11,9 @@ use std::thread::JoinHandle;
 use crossbeam_channel::Sender;
 
 use crate::flight::Completion;
-use crate::io::{ReadScratch, Root};
+use crate::io::ReadScratch;
 use crate::plan::Plan;
+use crate::root::Root;
 
 struct Batch {
     plan: Arc<Plan>,

@@ -2,7 +2,9 @@
 //! links and FIFOs under a root, sync modes.
 
 use super::*;
+use crate::beneath::RootDir;
 use crate::name::{NAME_CAP, Name, hex};
+use crate::root::FlushCounter;
 use hicache_core::{MissReason, ReadOutcome};
 
 use crate::config::SyncMode::{Data, Full, None as NoSync};

@@ -28,6 +28,23 @@ use std::io;
 use hicache_core::raw::AlignedBuf;
 use hicache_core::{MissReason, ReadOutcome};
 
+/// The operation a plan performs on every item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpKind {
+    Write,
+    Read,
+    Exists,
+    Remove,
+}
+
+/// The successful outcome of one item.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Done,
+    Read(ReadOutcome),
+    Exists(bool),
+}
+
 /// Bytes a read asks for past the object's expected end (at least; a direct-I/O root with a
 /// larger alignment gets a guard of its alignment).
 pub(crate) const GUARD_LEN: usize = 4096;

@@ -6,10 +6,10 @@
 use std::os::fd::AsRawFd;
 
 use crate::NAME;
-use crate::io::Root;
 use crate::plan::{self, Outcome, Plan};
 use crate::protocol::Guard;
 use crate::protocol::op::{MAX_STEPS, Next, Op, Step};
+use crate::root::Root;
 use hicache_core::{Error, Result};
 use io_uring::{opcode, squeue, types};
 

@@ -40,10 +40,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::flight::Completion;
-use crate::io::Root;
 use crate::plan::Plan;
 use crate::protocol::Guard;
 use crate::protocol::op::{MAX_STEPS, Op};
+use crate::root::Root;
 use io_uring::{IoUring, Probe, opcode, types};
 
 /// Longest chain: the most steps in a phase.

@@ -8,10 +8,10 @@ use hicache_core::{MissReason, ReadOutcome};
 use super::{Next, OPEN_RETRIES, Op, Phase, Rename, Step, errno, os, pool};
 use crate::beneath;
 use crate::config::SyncMode;
-use crate::io::{IoFailure, Root};
 use crate::name::Name;
-use crate::plan::{OpKind, Outcome};
 use crate::protocol::{self, AfterRename, Stored};
+use crate::protocol::{OpKind, Outcome};
+use crate::root::{IoFailure, Root};
 
 impl Op {
     /// Reads the results of [`Op::steps`] (one per step, in order; [`NOT_RUN`] for those

@@ -24,9 +24,9 @@ use std::sync::atomic::Ordering;
 
 use crate::beneath;
 use crate::config::SyncMode;
-use crate::io::{IoFailure, Root};
 use crate::name::Name;
-use crate::plan::{OpKind, Outcome};
+use crate::protocol::{OpKind, Outcome};
+use crate::root::{IoFailure, Root};
 use crate::spare::SparePool;
 
 /// The most steps in one phase (a write with `sync = full`).

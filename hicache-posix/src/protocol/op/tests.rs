@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::beneath::RootDir;
-use crate::io::FlushCounter;
+use crate::root::FlushCounter;
 use Step::*;
 use hicache_core::{MissReason, ReadOutcome};
 
