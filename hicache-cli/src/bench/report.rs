@@ -26,6 +26,9 @@ pub struct PhaseStats {
     /// Heap allocations in the whole process during the phase, per page (None when not
     /// counted: only the `hicache` binary counts).
     pub allocations_per_page: Option<f64>,
+    /// The same allocations per call (`batch_set` / `batch_get` of `--batch` pages): a count
+    /// that stays level as `--batch` grows means none is made per page.
+    pub allocations_per_call: Option<f64>,
 }
 
 /// The result of `hicache bench`.
@@ -150,6 +153,7 @@ pub(super) fn stats(
         seconds: elapsed.as_secs_f64(),
         first_errors: Vec::new(),
         allocations_per_page: None,
+        allocations_per_call: None,
     }
 }
 

@@ -186,7 +186,8 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
             .await?;
             let mut st = stats(el, &lat, failed, pages, page_bytes);
             st.first_errors = errs.take();
-            st.allocations_per_page = per_page(allocated, pages);
+            st.allocations_per_page = per_unit(allocated, pages);
+            st.allocations_per_call = per_unit(allocated, calls as u64);
             write_rounds.push(st);
         }
         if opts.read {
@@ -220,7 +221,8 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
             .await?;
             let mut st = stats(el, &lat, failed, pages, page_bytes);
             st.first_errors = errs.take();
-            st.allocations_per_page = per_page(allocated, pages);
+            st.allocations_per_page = per_unit(allocated, pages);
+            st.allocations_per_call = per_unit(allocated, calls as u64);
             read_rounds.push(st);
             let mut buf = vec![0u8; page_bytes as usize];
             let check = progress::bar(opts.progress, "verify", pages);
@@ -299,9 +301,9 @@ fn run_id() -> u64 {
 }
 
 /// Allocations since `before` (a count from [`alloc::allocations`]) per page.
-fn per_page(before: Option<u64>, pages: u64) -> Option<f64> {
+fn per_unit(before: Option<u64>, units: u64) -> Option<f64> {
     let (before, now) = before.zip(alloc::allocations())?;
-    Some(now.saturating_sub(before) as f64 / pages.max(1) as f64)
+    Some(now.saturating_sub(before) as f64 / units.max(1) as f64)
 }
 
 #[cfg(test)]

@@ -138,12 +138,22 @@ pub(crate) fn bench(
         if report.exists_keys_per_s > 0.0 {
             println!("  exists {:.0} keys/s", report.exists_keys_per_s);
         }
+        let mean =
+            |per: Vec<f64>| (!per.is_empty()).then(|| per.iter().sum::<f64>() / per.len() as f64);
         let allocations = |rounds: &[hicache_cli::bench::PhaseStats]| {
-            let per: Vec<f64> = rounds
-                .iter()
-                .filter_map(|r| r.allocations_per_page)
-                .collect();
-            (!per.is_empty()).then(|| per.iter().sum::<f64>() / per.len() as f64)
+            let page = mean(
+                rounds
+                    .iter()
+                    .filter_map(|r| r.allocations_per_page)
+                    .collect(),
+            );
+            let call = mean(
+                rounds
+                    .iter()
+                    .filter_map(|r| r.allocations_per_call)
+                    .collect(),
+            );
+            page.zip(call)
         };
         if let Some(rss) = report.peak_rss_bytes {
             let mut line = format!(
@@ -155,8 +165,10 @@ pub(crate) fn bench(
                 ("write", &report.write_rounds),
                 ("read", &report.read_rounds),
             ] {
-                if let Some(a) = allocations(rounds) {
-                    line.push_str(&format!(", {a:.2} allocations per page {name}"));
+                if let Some((page, call)) = allocations(rounds) {
+                    line.push_str(&format!(
+                        ", {name} {page:.2} allocations per page ({call:.1} per call)"
+                    ));
                 }
             }
             println!("{line}");

@@ -288,8 +288,14 @@ fn bench_reports_allocations_per_page_and_peak_memory() {
     );
     for phase in ["write_rounds", "read_rounds"] {
         for round in report[phase].as_array().unwrap() {
-            let per_page = round["allocations_per_page"].as_f64();
-            assert!(per_page.is_some_and(|a| a > 0.0), "{phase}: {round}");
+            let per_page = round["allocations_per_page"].as_f64().unwrap();
+            let per_call = round["allocations_per_call"].as_f64().unwrap();
+            assert!(per_page > 0.0, "{phase}: {round}");
+            // 64 pages in calls of 32 (the default batch): two calls.
+            assert!(
+                (per_call - per_page * 32.0).abs() < 1e-6,
+                "{phase}: {round}"
+            );
         }
     }
     let pool = report["pool_bytes"].as_u64().unwrap();

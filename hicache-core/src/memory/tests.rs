@@ -175,3 +175,51 @@ fn aligned_buf_copies_are_bounds_checked() {
     assert!(buf.copy_from(95, &[1; 10]).is_err());
     assert!(buf.copy_to(usize::MAX, &mut out).is_err());
 }
+
+/// The pin set against a brute-force check of every pinned range, pinned and released in a
+/// scrambled order (the sorted set must find an overlap wherever it starts).
+#[test]
+fn the_pin_set_finds_every_overlap_whatever_the_order() {
+    let mut set = PinSet::default();
+    let mut live: Vec<((u64, u64), (u64, Access))> = Vec::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..4000u64 {
+        let start = next() % 1000;
+        let end = start + 1 + next() % 60;
+        let access = if next() % 3 == 0 {
+            Access::Write
+        } else {
+            Access::Read
+        };
+        let expected = live
+            .iter()
+            .find(|(k, (e, a))| {
+                k.0 < end && *e > start && (access == Access::Write || *a == Access::Write)
+            })
+            .map(|(_, (_, a))| *a);
+        assert_eq!(
+            set.conflict(start, end, access).is_some(),
+            expected.is_some(),
+            "round {round}: {start}..{end} {access}"
+        );
+        if expected.is_none() {
+            let key = (start, set.next);
+            set.next += 1;
+            set.longest = set.longest.max(end - start);
+            set.insert(key, (end, access));
+            live.push((key, (end, access)));
+        }
+        if !live.is_empty() && next() % 2 == 0 {
+            let (key, _) = live.swap_remove((next() % live.len() as u64) as usize);
+            set.remove(key);
+        }
+        assert_eq!(set.ranges.len(), live.len());
+        assert!(set.ranges.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+}

@@ -145,6 +145,8 @@ struct Samples {
     /// Heap allocations per page, per round (hicache only).
     write_allocations: Vec<f64>,
     read_allocations: Vec<f64>,
+    write_allocations_per_call: Vec<f64>,
+    read_allocations_per_call: Vec<f64>,
     /// Peak resident memory beyond the pool, bytes, per run (hicache only).
     rss_beyond_pool: Vec<f64>,
 }
@@ -153,16 +155,22 @@ impl Samples {
     fn add(&mut self, report: &Value) {
         self.write.extend(rounds(report, "write_rounds"));
         self.read.extend(rounds(report, "read_rounds"));
-        let per_page = |field: &str| -> Vec<f64> {
+        let per = |field: &str, unit: &str| -> Vec<f64> {
             report[field]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .filter_map(|r| r["allocations_per_page"].as_f64())
+                .filter_map(|r| r[unit].as_f64())
                 .collect()
         };
-        self.write_allocations.extend(per_page("write_rounds"));
-        self.read_allocations.extend(per_page("read_rounds"));
+        self.write_allocations
+            .extend(per("write_rounds", "allocations_per_page"));
+        self.read_allocations
+            .extend(per("read_rounds", "allocations_per_page"));
+        self.write_allocations_per_call
+            .extend(per("write_rounds", "allocations_per_call"));
+        self.read_allocations_per_call
+            .extend(per("read_rounds", "allocations_per_call"));
         if let (Some(rss), Some(pool)) = (
             report["peak_rss_bytes"].as_u64(),
             report["pool_bytes"].as_u64(),
@@ -291,6 +299,10 @@ fn transfer_case(
         "allocations_per_page": {
             "write": num(med(&envelope.write_allocations)),
             "read": num(med(&envelope.read_allocations)),
+        },
+        "allocations_per_call": {
+            "write": num(med(&envelope.write_allocations_per_call)),
+            "read": num(med(&envelope.read_allocations_per_call)),
         },
         "rss_beyond_pool_bytes": num(envelope.rss_beyond_pool.iter().copied().fold(f64::NAN, f64::max)),
         "samples": {

@@ -49,21 +49,23 @@ pub(super) fn transfers(report: &Value) -> String {
 /// pool.
 pub(super) fn memory(report: &Value) -> String {
     let mut s = String::from(
-        "\n| hicache memory | allocations per page, write | read | peak RSS beyond the pool |\n|---|---|---|---|\n",
+        "\n| hicache memory | allocations per page, write | read | per call, write | read | peak RSS beyond the pool |\n|---|---|---|---|---|---|\n",
     );
     for c in report["cases"].as_array().into_iter().flatten() {
         let Some(rss) = c["rss_beyond_pool_bytes"].as_f64() else {
             continue;
         };
         s.push_str(&format!(
-            "| {} | {} | {} | {:.1} MiB |\n",
+            "| {} | {} | {} | {} | {} | {:.1} MiB |\n",
             c["name"].as_str().unwrap_or(""),
             cell(&c["allocations_per_page"]["write"]),
             cell(&c["allocations_per_page"]["read"]),
+            cell(&c["allocations_per_call"]["write"]),
+            cell(&c["allocations_per_call"]["read"]),
             rss / f64::from(1u32 << 20),
         ));
     }
-    s.push_str("\nAllocations: every heap allocation in the process during a timed phase (the `hicache` binary counts them), divided by the pages moved; medians over rounds. Peak RSS: the largest `VmHWM` of the runs less the pool (written pages and the region they are read back into).\n");
+    s.push_str(&format!("\nAllocations: every heap allocation in the process during a timed phase (the `hicache` binary counts them), divided by the pages moved, and by the calls (batches of {BATCH} pages); medians over rounds. A count per call that does not grow with the batch means no allocation is made per page. Peak RSS: the largest `VmHWM` of the runs less the pool (written pages and the region they are read back into).\n"));
     s
 }
 
