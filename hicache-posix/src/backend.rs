@@ -1,5 +1,6 @@
 //! The POSIX backend: routing, registrations, alignment checks, and the engine.
 
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use hicache_core::{Error, MemKind, MemoryRegion, ReadOutcome, Result};
 use crate::NAME;
 use crate::config::{EngineChoice, PosixConfig};
 use crate::fsinfo::{self, FsInfo};
+use crate::known::{self, KnownNames, Seen};
 use crate::plan::{Held, OpKind, Outcome, Plan};
 use crate::probe::DirProbe;
 use crate::root::Root;
@@ -77,6 +79,12 @@ pub struct PosixBackend {
     alignment: u64,
     direct_io: bool,
     sync: crate::config::SyncMode,
+    /// Names known to be published, per watched bucket dir (None: inotify unavailable).
+    known: Option<KnownNames>,
+    /// Per root: whether its filesystem lets the index answer `exists` ([`known::watchable`]).
+    indexed: Vec<bool>,
+    /// Keys `exists` answered from the index so far.
+    from_index: std::sync::atomic::AtomicU64,
 }
 
 impl PosixBackend {
@@ -182,11 +190,17 @@ impl PosixBackend {
         Ok(PosixBackend {
             regions: RegionTable::new(NAME),
             roots,
-            root_info,
             engine,
             alignment,
             direct_io,
             sync: cfg.sync,
+            indexed: root_info
+                .iter()
+                .map(|r| known::watchable(&r.fs.fs_type))
+                .collect(),
+            known: KnownNames::new(),
+            from_index: Default::default(),
+            root_info,
         })
     }
 
@@ -198,6 +212,13 @@ impl PosixBackend {
     /// The engine in use, for humans.
     pub fn engine_description(&self) -> String {
         self.engine.describe()
+    }
+
+    /// Keys `exists` answered from its index of names known to be published, without a
+    /// `stat`, so far. The index is kept only for local filesystems (ext4, xfs, btrfs,
+    /// tmpfs, ramfs), where inotify reports every change whoever makes it.
+    pub fn exists_from_index(&self) -> u64 {
+        self.from_index.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Transfers the io_uring engine ran on registered (fixed) buffers so far.
@@ -489,12 +510,63 @@ impl StorageBackend for PosixBackend {
     }
 
     async fn exists(&self, keys: &[ObjectKey]) -> Vec<Result<bool>> {
-        let plan = Arc::new(self.key_plan(OpKind::Exists, keys));
-        self.engine.run(plan.clone()).await;
-        collect(&plan, |o| match o {
-            Outcome::Exists(b) => Some(b),
-            _ => None,
-        })
+        let Some(known) = self.known.as_ref().filter(|_| self.indexed.contains(&true)) else {
+            let plan = Arc::new(self.key_plan(OpKind::Exists, keys));
+            self.engine.run(plan.clone()).await;
+            return collect(&plan, |o| match o {
+                Outcome::Exists(b) => Some(b),
+                _ => None,
+            });
+        };
+        // Names the index knows are answered now (see `crate::known`); the rest are stat'ed,
+        // and those found are added for the next call.
+        known.refresh();
+        let mut answers: Vec<Option<Result<bool>>> = Vec::with_capacity(keys.len());
+        let mut asked = Vec::new();
+        let mut plan = Plan::new(OpKind::Exists, self.sync, keys.len());
+        for (i, key) in keys.iter().enumerate() {
+            let (root, bucket) = self.route(key);
+            let name = key.as_str().as_bytes();
+            if self.indexed[root] && known.contains((root, bucket), name) {
+                self.from_index
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                answers.push(Some(Ok(true)));
+                continue;
+            }
+            answers.push(None);
+            let seen = match (self.indexed[root], self.roots[root].dir.bucket(bucket)) {
+                (true, Ok(dir)) => {
+                    known.watch((root, bucket), dir.as_fd());
+                    known.seen((root, bucket))
+                }
+                _ => Seen::NONE,
+            };
+            asked.push((i, (root, bucket), seen));
+            plan.push(key.as_str(), (root, bucket), &[], None);
+        }
+        if !asked.is_empty() {
+            let plan = Arc::new(plan);
+            self.engine.run(plan.clone()).await;
+            let found = collect(&plan, |o| match o {
+                Outcome::Exists(b) => Some(b),
+                _ => None,
+            });
+            for ((i, (root, bucket), seen), result) in asked.into_iter().zip(found) {
+                // The stat may have recreated the bucket dir: the watch must follow it
+                // before anything found there is recorded (see `KnownNames::watch`).
+                if matches!(result, Ok(true))
+                    && let Ok(dir) = self.roots[root].dir.bucket(bucket)
+                {
+                    known.watch((root, bucket), dir.as_fd());
+                    known.insert((root, bucket), seen, keys[i].as_str().as_bytes());
+                }
+                answers[i] = Some(result);
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(Error::backend(NAME, "exists: a key got no answer"))))
+            .collect()
     }
 
     async fn remove(&self, keys: &[ObjectKey]) -> Vec<Result<()>> {

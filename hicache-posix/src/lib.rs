@@ -8,6 +8,7 @@ mod flight;
 mod fsinfo;
 mod inspect;
 mod io;
+mod known;
 mod name;
 mod plan;
 mod probe;

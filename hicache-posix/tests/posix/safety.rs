@@ -337,3 +337,61 @@ async fn what_is_not_a_file_under_a_name_is_never_a_page() {
         b.deregister(region).unwrap();
     }
 }
+
+/// `exists` answers names it has seen from an index instead of a `stat`, and stays exactly
+/// as true as a `stat` when another process removes, replaces or links over a page, or
+/// removes and recreates its bucket dir.
+#[tokio::test]
+async fn exists_from_the_index_follows_every_outside_change() {
+    for engine in [EngineChoice::Threads, EngineChoice::Uring] {
+        let dir = tempfile::tempdir().unwrap();
+        let b = backend_with(dir.path(), false, engine);
+        let buf = AlignedBuf::zeroed(4096, 4096).unwrap();
+        let region = b.register(MemoryRegion::from_aligned(buf)).unwrap();
+        let key = ObjectKey::new("page").unwrap();
+        let path = b.object_path(&key);
+        let write = || async {
+            let segs = [Slice::new(region, 0, 4096)];
+            let w = b
+                .write(&[WriteItem {
+                    key: &key,
+                    segments: &segs,
+                }])
+                .await;
+            assert!(w[0].is_ok(), "{engine:?}: {w:?}");
+        };
+        let exists = || async { b.exists(std::slice::from_ref(&key)).await.remove(0) };
+        // Seen once by a stat, then answered by the index.
+        write().await;
+        assert!(exists().await.unwrap());
+        let before = b.exists_from_index();
+        assert!(exists().await.unwrap());
+        assert_eq!(b.exists_from_index(), before + 1, "{engine:?}");
+        // Removed from outside.
+        std::fs::remove_file(&path).unwrap();
+        assert!(!exists().await.unwrap(), "{engine:?}");
+        // A link renamed over it from outside: an error, as a stat says.
+        write().await;
+        assert!(exists().await.unwrap() && exists().await.unwrap());
+        let link = path.with_file_name("planted");
+        std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+        std::fs::rename(&link, &path).unwrap();
+        assert!(exists().await.is_err(), "{engine:?}");
+        std::fs::remove_file(&path).unwrap();
+        // The bucket dir removed and made again while the backend holds the old one.
+        write().await;
+        assert!(exists().await.unwrap() && exists().await.unwrap());
+        let bucket = path.parent().unwrap();
+        std::fs::remove_dir_all(bucket).unwrap();
+        std::fs::create_dir(bucket).unwrap();
+        assert!(!exists().await.unwrap(), "{engine:?}");
+        // A page another process publishes there is found, and then known.
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        assert!(exists().await.unwrap());
+        let before = b.exists_from_index();
+        assert!(exists().await.unwrap());
+        assert_eq!(b.exists_from_index(), before + 1, "{engine:?}");
+        std::fs::remove_file(&path).unwrap();
+        assert!(!exists().await.unwrap(), "{engine:?}");
+    }
+}
