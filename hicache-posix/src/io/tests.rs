@@ -10,17 +10,9 @@ use hicache_core::{MissReason, ReadOutcome};
 use crate::config::SyncMode::{Data, Full, None as NoSync};
 use std::os::unix::fs::symlink;
 
-/// One operation with fresh scratch, as one I/O thread would run it.
-fn run_one(
-    root: &Root,
-    kind: OpKind,
-    sync: SyncMode,
-    bucket: [u8; 2],
-    name: &[u8],
-    iov: &[libc::iovec],
-) -> Result<Outcome, IoFailure> {
-    let mut scratch = ReadScratch::new(4096).unwrap();
-    run_item(root, kind, sync, bucket, name, iov, &mut scratch)
+/// Room for one operation, as one I/O thread holds it.
+fn scratch() -> ReadScratch {
+    ReadScratch::new(4096).unwrap()
 }
 
 fn write_object(
@@ -30,7 +22,7 @@ fn write_object(
     iov: &[libc::iovec],
     sync: SyncMode,
 ) -> Result<(), IoFailure> {
-    run_one(root, OpKind::Write, sync, bucket, name, iov).map(|_| ())
+    run_item(root, OpKind::Write, sync, bucket, name, iov, &mut scratch()).map(|_| ())
 }
 
 fn read_object(
@@ -39,21 +31,46 @@ fn read_object(
     name: &[u8],
     iov: &[libc::iovec],
 ) -> Result<ReadOutcome, IoFailure> {
-    match run_one(root, OpKind::Read, NoSync, bucket, name, iov)? {
+    match run_item(
+        root,
+        OpKind::Read,
+        NoSync,
+        bucket,
+        name,
+        iov,
+        &mut scratch(),
+    )? {
         Outcome::Read(outcome) => Ok(outcome),
         other => panic!("a read ended with {other:?}"),
     }
 }
 
 fn object_exists(root: &Root, bucket: [u8; 2], name: &[u8]) -> Result<bool, IoFailure> {
-    match run_one(root, OpKind::Exists, NoSync, bucket, name, &[])? {
+    match run_item(
+        root,
+        OpKind::Exists,
+        NoSync,
+        bucket,
+        name,
+        &[],
+        &mut scratch(),
+    )? {
         Outcome::Exists(found) => Ok(found),
         other => panic!("exists ended with {other:?}"),
     }
 }
 
 fn remove_object(root: &Root, bucket: [u8; 2], name: &[u8]) -> Result<(), IoFailure> {
-    run_one(root, OpKind::Remove, NoSync, bucket, name, &[]).map(|_| ())
+    run_item(
+        root,
+        OpKind::Remove,
+        NoSync,
+        bucket,
+        name,
+        &[],
+        &mut scratch(),
+    )
+    .map(|_| ())
 }
 
 fn root(dir: &std::path::Path, direct: bool) -> Root {

@@ -53,6 +53,23 @@ fn backend_with(dir: &Path, direct: bool, engine: EngineChoice) -> PosixBackend 
     PosixBackend::new(&cfg).unwrap()
 }
 
+/// Writes the first 4096 bytes of `region` as object `key`; panics on failure.
+async fn write_4k(
+    b: &PosixBackend,
+    region: hicache_core::raw::RegionId,
+    key: &hicache_core::raw::ObjectKey,
+) {
+    use hicache_core::raw::{Slice, StorageBackend, WriteItem};
+    let segments = [Slice::new(region, 0, 4096)];
+    let w = b
+        .write(&[WriteItem {
+            key,
+            segments: &segments,
+        }])
+        .await;
+    assert!(w[0].is_ok(), "{}: {w:?}", b.engine_description());
+}
+
 fn connector(dirs: &[PathBuf], direct: bool, model: &str) -> HiCache {
     connector_with(dirs, direct, model, EngineChoice::Auto)
 }

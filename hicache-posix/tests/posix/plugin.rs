@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::{ENGINES, backend_with, engine_name, fill, geometry, keys, mha, walk};
+use crate::{ENGINES, backend_with, engine_name, fill, geometry, keys, mha, walk, write_4k};
 use hicache_core::raw::{AlignedBuf, ObjectKey, ReadItem, Slice, StorageBackend, WriteItem};
 use hicache_core::{
     ConfigLoader, Error, FactValue, HiCache, HiCacheOptions, HostSlots, Layout, MemoryRegion,
@@ -113,13 +113,7 @@ async fn remove_and_usage_with(engine: EngineChoice) {
     let region = b.register(MemoryRegion::from_aligned(buf)).unwrap();
     let key = ObjectKey::new("obj").unwrap();
     let segs = [Slice::new(region, 0, 4096)];
-    let w = b
-        .write(&[WriteItem {
-            key: &key,
-            segments: &segs,
-        }])
-        .await;
-    assert!(w[0].is_ok(), "{engine:?}: {w:?}");
+    write_4k(&b, region, &key).await;
     assert_eq!(
         b.exists(std::slice::from_ref(&key)).await[0]
             .as_ref()

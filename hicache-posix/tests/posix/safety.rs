@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::{
-    ENGINES, backend, backend_with, connector_with, fill, geometry, keys, mha, page, walk,
+    ENGINES, backend, backend_with, connector_with, fill, geometry, keys, mha, page, walk, write_4k,
 };
 use hicache_core::raw::{AlignedBuf, ObjectKey, ReadItem, Slice, StorageBackend, WriteItem};
 use hicache_core::{
@@ -350,29 +350,23 @@ async fn exists_from_the_index_follows_every_outside_change() {
         let region = b.register(MemoryRegion::from_aligned(buf)).unwrap();
         let key = ObjectKey::new("page").unwrap();
         let path = b.object_path(&key);
-        let write = || async {
-            let segs = [Slice::new(region, 0, 4096)];
-            let w = b
-                .write(&[WriteItem {
-                    key: &key,
-                    segments: &segs,
-                }])
-                .await;
-            assert!(w[0].is_ok(), "{engine:?}: {w:?}");
-        };
+        let write = || write_4k(&b, region, &key);
         let exists = || async { b.exists(std::slice::from_ref(&key)).await.remove(0) };
         // Seen once by a stat, then answered by the index.
+        let found_then_known = || async {
+            assert!(exists().await.unwrap(), "{engine:?}");
+            let before = b.exists_from_index();
+            assert!(exists().await.unwrap(), "{engine:?}");
+            assert_eq!(b.exists_from_index(), before + 1, "{engine:?}");
+        };
         write().await;
-        assert!(exists().await.unwrap());
-        let before = b.exists_from_index();
-        assert!(exists().await.unwrap());
-        assert_eq!(b.exists_from_index(), before + 1, "{engine:?}");
+        found_then_known().await;
         // Removed from outside.
         std::fs::remove_file(&path).unwrap();
         assert!(!exists().await.unwrap(), "{engine:?}");
         // A link renamed over it from outside: an error, as a stat says.
         write().await;
-        assert!(exists().await.unwrap() && exists().await.unwrap());
+        found_then_known().await;
         let link = path.with_file_name("planted");
         std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
         std::fs::rename(&link, &path).unwrap();
@@ -380,17 +374,14 @@ async fn exists_from_the_index_follows_every_outside_change() {
         std::fs::remove_file(&path).unwrap();
         // The bucket dir removed and made again while the backend holds the old one.
         write().await;
-        assert!(exists().await.unwrap() && exists().await.unwrap());
+        found_then_known().await;
         let bucket = path.parent().unwrap();
         std::fs::remove_dir_all(bucket).unwrap();
         std::fs::create_dir(bucket).unwrap();
         assert!(!exists().await.unwrap(), "{engine:?}");
         // A page another process publishes there is found, and then known.
         std::fs::write(&path, [0u8; 4096]).unwrap();
-        assert!(exists().await.unwrap());
-        let before = b.exists_from_index();
-        assert!(exists().await.unwrap());
-        assert_eq!(b.exists_from_index(), before + 1, "{engine:?}");
+        found_then_known().await;
         std::fs::remove_file(&path).unwrap();
         assert!(!exists().await.unwrap(), "{engine:?}");
     }
