@@ -52,9 +52,27 @@ impl HiCache {
         };
         let chunk = lease.as_ref().map(|l| l.chunk());
         let slot_len = st.write_staging.as_ref().map_or(0, StagingPool::slot_len);
-        let mut plan = st.plan_chunk(keys, pages, slot_len, |off, page, part, object, segs| {
-            st.stage_write(chunk, off, page, part, object, segs)
-        });
+        // Zero-copy envelopes checksum the pool's spans: on two threads for a large chunk.
+        let sums =
+            (st.mode == TransferMode::ZeroCopy && st.format == PageFormat::Envelope).then(|| {
+                let parts: Vec<(u64, usize)> = pages
+                    .iter()
+                    .flat_map(|&page| (0..st.parts.len()).map(move |p| (page, p)))
+                    .collect();
+                split_over_two_threads(&parts, st.payload_len, |&(page, p)| {
+                    st.pool_checksum(page, &st.parts[p])
+                })
+            });
+        let nparts = st.parts.len();
+        let mut plan = st.plan_chunk(
+            keys,
+            pages,
+            slot_len,
+            |(i, p), off, page, part, object, segs| {
+                let sum = sums.as_ref().and_then(|s| s.get(i * nparts + p));
+                st.stage_write(chunk, off, page, part, object, segs, sum)
+            },
+        );
         let live = plan.live();
         let items: Vec<WriteItem<'_>> = live
             .iter()
@@ -146,7 +164,7 @@ impl HiCache {
         };
         let chunk = lease.as_ref().map(|l| l.chunk());
         let slot_len = st.read_staging.as_ref().map_or(0, StagingPool::slot_len);
-        let mut plan = st.plan_chunk(keys, pages, slot_len, |off, page, part, _, segs| {
+        let mut plan = st.plan_chunk(keys, pages, slot_len, |_, off, page, part, _, segs| {
             st.stage_read(chunk, off, page, part, segs);
             Ok(())
         });
@@ -169,25 +187,41 @@ impl HiCache {
             items.len(),
             st.backend.read(&items).await,
         );
-        for (&j, outcome) in live.iter().zip(outcomes) {
+        // The objects read whole, verified (on two threads for a large chunk) before any
+        // page's verdict is set.
+        let hits: Vec<usize> = live
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| matches!(o, Ok(ReadOutcome::Hit)))
+            .map(|(&j, _)| j)
+            .collect();
+        let verify = |&j: &usize| {
             let (i, p) = owners[j];
-            if !matches!(page_results[i], Ok(ReadOutcome::Hit)) {
-                continue;
-            }
+            st.verify(
+                chunk,
+                j as u64 * slot_len,
+                pages[i],
+                &st.parts[p],
+                &object_keys[j],
+            )
+        };
+        let mut verdicts = split_over_two_threads(&hits, st.payload_len, verify).into_iter();
+        for (&j, outcome) in live.iter().zip(outcomes) {
+            let (i, _) = owners[j];
             let verdict = match outcome {
-                Ok(ReadOutcome::Hit) => {
-                    let slot = j as u64 * slot_len;
-                    match st.verify(chunk, slot, pages[i], &st.parts[p], &object_keys[j]) {
-                        Ok(()) => Ok(ReadOutcome::Hit),
-                        Err(reason) => {
-                            tracing::warn!(key = %object_keys[j], %reason, "stored object is invalid; treating it as a miss");
-                            Ok(ReadOutcome::Miss(reason))
-                        }
+                Ok(ReadOutcome::Hit) => match verdicts.next() {
+                    Some(Ok(())) => Ok(ReadOutcome::Hit),
+                    Some(Err(reason)) => {
+                        tracing::warn!(key = %object_keys[j], %reason, "stored object is invalid; treating it as a miss");
+                        Ok(ReadOutcome::Miss(reason))
                     }
-                }
+                    None => Ok(ReadOutcome::Miss(MissReason::ChecksumMismatch)),
+                },
                 other => other,
             };
-            page_results[i] = verdict;
+            if matches!(page_results[i], Ok(ReadOutcome::Hit)) {
+                page_results[i] = verdict;
+            }
         }
         // Bounce: copy verified pages into the host pool; a page that missed stays untouched.
         if st.mode == TransferMode::Bounce
@@ -324,5 +358,59 @@ impl HiCache {
             .iter()
             .map(|p| state.object_key(key, p))
             .collect()
+    }
+}
+
+/// Bytes of payload from which a chunk's checksums run on two threads.
+///
+/// A call's checksum pass (before its writes) or verification (after its reads) otherwise
+/// runs on one thread while the call's I/O waits. Measured with `hicache bench` (2 calls of
+/// 32 pages in flight, 6 interleaved pairs, median GB/s write / read): tmpfs 8 MiB pages
+/// 3.59 / 4.38 → 5.19 / 5.51, tmpfs 1 MiB 4.44 / 4.79 → 4.78 / 5.01, ext4 8 MiB
+/// 1.81 / 1.51 → 1.90 / 1.61. Smaller chunks stay on the calling thread (not measured to
+/// gain there: a thread costs tens of microseconds to start).
+const PARALLEL_CHECKSUM_BYTES: u64 = 4 << 20;
+
+/// `f` of every item, in order; split over two threads when the items carry at least
+/// [`PARALLEL_CHECKSUM_BYTES`] of payload.
+fn split_over_two_threads<T: Sync, R: Send>(
+    items: &[T],
+    payload_len: u64,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    if items.len() < 2 || (items.len() as u64).saturating_mul(payload_len) < PARALLEL_CHECKSUM_BYTES
+    {
+        return items.iter().map(&f).collect();
+    }
+    let (first, second) = items.split_at(items.len() / 2);
+    std::thread::scope(|s| {
+        let other = s.spawn(|| second.iter().map(&f).collect::<Vec<R>>());
+        let mut out: Vec<R> = first.iter().map(&f).collect();
+        match other.join() {
+            Ok(rest) => out.extend(rest),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_over_two_threads;
+
+    #[test]
+    fn split_work_keeps_its_order_on_either_path() {
+        let items: Vec<u64> = (0..101).collect();
+        let on = |payload| split_over_two_threads(&items, payload, |&x| x * 3);
+        let expected: Vec<u64> = items.iter().map(|x| x * 3).collect();
+        // 101 items of 1 KiB stay on this thread; of 1 MiB they are split.
+        assert_eq!(on(1 << 10), expected);
+        assert_eq!(on(1 << 20), expected);
+        let threads = std::sync::Mutex::new(std::collections::HashSet::new());
+        split_over_two_threads(&items, 1 << 20, |_| {
+            threads.lock().unwrap().insert(std::thread::current().id());
+        });
+        assert_eq!(threads.lock().unwrap().len(), 2);
+        assert!(split_over_two_threads(&[] as &[u64], 1 << 30, |&x| x).is_empty());
     }
 }

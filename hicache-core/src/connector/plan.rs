@@ -73,13 +73,21 @@ impl Drop for PoolState {
 
 impl PoolState {
     /// Names every object of `keys` and lets `stage` prepare its segments at its staging
-    /// offset. A page whose name or staging fails is marked failed and contributes no object.
+    /// offset; `stage` also gets (page index in the chunk, part index). A page whose name or
+    /// staging fails is marked failed and contributes no object.
     pub(super) fn plan_chunk(
         &self,
         keys: &[PageKey],
         pages: &[u64],
         slot_len: u64,
-        mut stage: impl FnMut(u64, u64, &Part, &ObjectKey, &mut Vec<Slice>) -> Result<()>,
+        mut stage: impl FnMut(
+            (usize, usize),
+            u64,
+            u64,
+            &Part,
+            &ObjectKey,
+            &mut Vec<Slice>,
+        ) -> Result<()>,
     ) -> ChunkPlan {
         let n = keys.len() * self.parts.len();
         let mut plan = ChunkPlan {
@@ -97,7 +105,7 @@ impl PoolState {
                 let start = plan.segments.len();
                 let staged = self.object_key(key, part).and_then(|object| {
                     let offset = plan.objects.len() as u64 * slot_len;
-                    stage(offset, page, part, &object, &mut plan.segments).map(|()| object)
+                    stage((i, p), offset, page, part, &object, &mut plan.segments).map(|()| object)
                 });
                 match staged {
                     Ok(object) => {
@@ -170,7 +178,9 @@ impl PoolState {
     }
 
     /// Prepares one object for writing: header and/or payload in the staging slot at
-    /// `slot_off`, and its segments.
+    /// `slot_off`, and its segments. `sum` is the part's pool checksum when the caller
+    /// computed it already (zero-copy envelopes).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn stage_write(
         &self,
         chunk: Option<&crate::staging::Chunk>,
@@ -179,13 +189,17 @@ impl PoolState {
         part: &Part,
         object: &ObjectKey,
         segments: &mut Vec<Slice>,
+        sum: Option<&Result<u64>>,
     ) -> Result<()> {
         let enveloped = self.format == PageFormat::Envelope;
         match self.mode {
             TransferMode::ZeroCopy => {
                 let region = self.pool_region.expect("zero-copy pools are registered");
                 if enveloped {
-                    let sum = self.pool_checksum(page, part)?;
+                    let sum = match sum {
+                        Some(sum) => sum.clone()?,
+                        None => self.pool_checksum(page, part)?,
+                    };
                     let chunk = chunk.expect("enveloped zero-copy pools stage headers");
                     self.put_header(chunk, slot_off, object, sum)?;
                     segments.push(Slice::new(chunk.region, slot_off, self.header_len));

@@ -194,3 +194,59 @@ async fn two_objects_per_page_are_counted_and_batched_by_objects() {
         "a plugin call carried {largest} objects"
     );
 }
+
+/// Calls of large pages checksum and verify on two threads: every page still lands where
+/// its own key says, a corrupted one is still caught (and only that one), in zero-copy and
+/// in bounce mode.
+#[tokio::test]
+async fn large_pages_checksum_and_verify_split_over_threads() {
+    // 2 (K, V) × 2 heads × 64 dims × 2 bytes × 4 layers = 2 KiB per token: 512 tokens make
+    // a 1 MiB page (zero-copy); 511 tokens a page no 4096-byte storage can take in place
+    // (bounce). 12 pages of about 1 MiB are past the 4 MiB at which the work is split.
+    for (tokens, mode) in [(512, TransferMode::ZeroCopy), (511, TransferMode::Bounce)] {
+        let backend = Arc::new(MemoryBackend::with_alignment(4096));
+        let cache = connector(backend.clone(), &[], StorageIdentity::single("m"));
+        let geometry = mha(Layout::PageFirst, tokens).with_pages(24).unwrap();
+        let pool = Arc::new(MmapPool::new(geometry).unwrap());
+        let report = cache.register_pool(pool.clone()).unwrap();
+        assert_eq!(report.mode, mode, "{report}");
+        let written: Vec<Vec<u8>> = (0..12).map(|p| crate::fill(&pool, p, p as u8)).collect();
+        let ks = keys("large", 12);
+        let src: Vec<u64> = (0..12).collect();
+        let dst: Vec<u64> = (12..24).collect();
+        let set = cache.batch_set(&ks, HostSlots::Pages(&src)).await.unwrap();
+        assert!(set.iter().all(|r| r.is_ok()), "{mode}: {set:?}");
+        // One stored object gets a flipped byte in the middle of its payload (its end may be
+        // alignment padding, which no page byte lives in).
+        let names = backend.object_names();
+        let victim = names
+            .iter()
+            .find(|n| n.contains(&ks[7].to_string()))
+            .unwrap();
+        let mut bytes = backend.raw_object(victim).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x40;
+        backend.put_raw_object(victim, bytes);
+        let got = cache.batch_get(&ks, HostSlots::Pages(&dst)).await.unwrap();
+        for (i, r) in got.iter().enumerate() {
+            if i == 7 {
+                assert!(
+                    matches!(
+                        r,
+                        Ok(ReadOutcome::Miss(
+                            hicache_core::MissReason::ChecksumMismatch
+                        ))
+                    ),
+                    "{mode}: page 7 {r:?}"
+                );
+                continue;
+            }
+            assert!(matches!(r, Ok(ReadOutcome::Hit)), "{mode}: page {i} {r:?}");
+            assert_eq!(
+                &crate::page_bytes(&pool, 12 + i as u64),
+                &written[i],
+                "{mode}: page {i}"
+            );
+        }
+    }
+}
