@@ -55,10 +55,11 @@ impl HiCache {
         // Zero-copy envelopes checksum the pool's spans: on two threads for a large chunk.
         let sums =
             (st.mode == TransferMode::ZeroCopy && st.format == PageFormat::Envelope).then(|| {
-                let parts: Vec<(u64, usize)> = pages
-                    .iter()
-                    .flat_map(|&page| (0..st.parts.len()).map(move |p| (page, p)))
-                    .collect();
+                // Sized up front: growing by doubling would allocate more as calls grow.
+                let mut parts = Vec::with_capacity(pages.len() * st.parts.len());
+                for &page in pages {
+                    parts.extend((0..st.parts.len()).map(|p| (page, p)));
+                }
                 split_over_two_threads(&parts, st.payload_len, |&(page, p)| {
                     st.pool_checksum(page, &st.parts[p])
                 })
@@ -189,12 +190,13 @@ impl HiCache {
         );
         // The objects read whole, verified (on two threads for a large chunk) before any
         // page's verdict is set.
-        let hits: Vec<usize> = live
-            .iter()
-            .zip(&outcomes)
-            .filter(|(_, o)| matches!(o, Ok(ReadOutcome::Hit)))
-            .map(|(&j, _)| j)
-            .collect();
+        let mut hits = Vec::with_capacity(live.len());
+        hits.extend(
+            live.iter()
+                .zip(&outcomes)
+                .filter(|(_, o)| matches!(o, Ok(ReadOutcome::Hit)))
+                .map(|(&j, _)| j),
+        );
         let verify = |&j: &usize| {
             let (i, p) = owners[j];
             st.verify(
@@ -385,7 +387,8 @@ fn split_over_two_threads<T: Sync, R: Send>(
     let (first, second) = items.split_at(items.len() / 2);
     std::thread::scope(|s| {
         let other = s.spawn(|| second.iter().map(&f).collect::<Vec<R>>());
-        let mut out: Vec<R> = first.iter().map(&f).collect();
+        let mut out = Vec::with_capacity(items.len());
+        out.extend(first.iter().map(&f));
         match other.join() {
             Ok(rest) => out.extend(rest),
             Err(panic) => std::panic::resume_unwind(panic),
