@@ -1,6 +1,6 @@
 //! `hicache config keys`: the reference even when the config is broken, and hostile flags.
 
-use crate::hicache;
+use crate::{hicache, json_output};
 
 /// `config keys` lists every key of the build's reference, needs no valid config, and its
 /// Markdown is the generated reference.
@@ -9,17 +9,11 @@ fn config_keys_lists_the_reference_even_when_the_config_is_broken() {
     let tmp = tempfile::tempdir().unwrap();
     let broken = tmp.path().join("broken.toml");
     std::fs::write(&broken, "storge_dir = \"/x\"\n").unwrap();
-    let out = hicache()
-        .args(["config", "keys", "--json", "--config"])
-        .arg(&broken)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let json = json_output(
+        hicache()
+            .args(["config", "keys", "--json", "--config"])
+            .arg(&broken),
     );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let listed: Vec<&str> = json["keys"]
         .as_array()
         .unwrap()

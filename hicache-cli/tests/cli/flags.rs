@@ -1,7 +1,7 @@
 //! Flags as the user wrote them: taken verbatim, shown as their source, refused when they
 //! do not apply or do not parse, clamped when huge.
 
-use crate::hicache;
+use crate::{hicache, success};
 
 /// The `storage_dir` value `config show --json` printed, as JSON text.
 fn shown_storage_dir(stdout: &[u8]) -> String {
@@ -21,17 +21,12 @@ fn dir_flags_are_taken_verbatim() {
     let tmp = tempfile::tempdir().unwrap();
     let odd = tmp.path().join("a,b");
     let other = tmp.path().join("c");
-    let out = hicache()
-        .args(["config", "show", "--json", "--dir"])
-        .arg(&odd)
-        .arg("--dir")
-        .arg(&other)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = success(
+        hicache()
+            .args(["config", "show", "--json", "--dir"])
+            .arg(&odd)
+            .arg("--dir")
+            .arg(&other),
     );
     let dirs = shown_storage_dir(&out.stdout);
     let want =

@@ -15,13 +15,19 @@ fn hicache() -> Command {
     cmd
 }
 
-/// Runs `cmd`, which must succeed, and parses what it printed as JSON.
-fn json_output(cmd: &mut Command) -> serde_json::Value {
+/// Runs `cmd`, which must succeed (its stderr is the failure message).
+fn success(cmd: &mut Command) -> std::process::Output {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "{:?}: {}",
+        cmd.get_args().collect::<Vec<_>>(),
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    out
+}
+
+/// Runs `cmd`, which must succeed, and parses what it printed as JSON.
+fn json_output(cmd: &mut Command) -> serde_json::Value {
+    serde_json::from_slice(&success(cmd).stdout).unwrap()
 }

@@ -1,7 +1,7 @@
 //! What the commands print and write: closed pipes, verdicts, JSON files, progress on a
 //! terminal only, typed facts, the bench's memory figures, and nothing created by listing.
 
-use crate::{hicache, json_output};
+use crate::{hicache, json_output, success};
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
@@ -84,17 +84,7 @@ fn json_files_are_written_and_checked_first() {
     let dir = tempfile::tempdir().unwrap();
     for args in [&["config", "show"][..], &["plugins"][..]] {
         let file = dir.path().join(format!("{}.json", args[0]));
-        let out = hicache()
-            .args(args)
-            .arg("--json")
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        success(hicache().args(args).arg("--json").arg(&file));
         let value: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
         assert!(value.is_object(), "{args:?}");
@@ -219,18 +209,13 @@ fn progress_is_drawn_on_a_terminal_and_never_into_a_pipe() {
     let storage = tempfile::tempdir().unwrap();
     let dir = storage.path().as_os_str();
     // Pages in a few bucket dirs, for scrub to walk.
-    let out = hicache()
-        .args([
-            "bench", "--pages", "64", "--rounds", "1", "--ops", "write", "--keep",
-        ])
-        .arg("--dir")
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    success(
+        hicache()
+            .args([
+                "bench", "--pages", "64", "--rounds", "1", "--ops", "write", "--keep",
+            ])
+            .arg("--dir")
+            .arg(dir),
     );
     let doctor = ["doctor", "--plugin", "posix", "--dir"].map(std::ffi::OsStr::new);
     let scrub = ["scrub", "--dir"].map(std::ffi::OsStr::new);
