@@ -534,12 +534,18 @@ impl StorageBackend for PosixBackend {
                 continue;
             }
             answers.push(None);
-            let seen = match (self.indexed[root], self.roots[root].dir.bucket(bucket)) {
-                (true, Ok(dir)) => {
-                    known.watch((root, bucket), dir.as_fd());
-                    known.seen((root, bucket))
-                }
-                _ => Seen::NONE,
+            // A watched bucket costs no syscall here (a key that is not stored is asked
+            // again and again): whether the watch still follows the bucket's handle is
+            // checked after the stat, before anything found is recorded.
+            let seen = match known.seen((root, bucket)) {
+                seen if seen.is_watched() || !self.indexed[root] => seen,
+                _ => match self.roots[root].dir.bucket(bucket) {
+                    Ok(dir) => {
+                        known.watch((root, bucket), dir.as_fd());
+                        known.seen((root, bucket))
+                    }
+                    Err(_) => Seen::NONE,
+                },
             };
             asked.push((i, (root, bucket), seen));
             plan.push(key.as_str(), (root, bucket), &[], None);

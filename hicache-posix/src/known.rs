@@ -61,6 +61,11 @@ pub(crate) struct Seen(Option<u64>);
 impl Seen {
     /// For a bucket that is not watched: its results are never recorded.
     pub(crate) const NONE: Seen = Seen(None);
+
+    /// Whether the bucket was watched when this was taken.
+    pub(crate) fn is_watched(self) -> bool {
+        self.0.is_some()
+    }
 }
 
 /// The index of one backend.
@@ -153,8 +158,9 @@ impl KnownNames {
     }
 
     /// Watches bucket `bucket` of root `root` through `dir`, its current handle. Call it
-    /// before a batch of `stat`s and again after it: a bucket already watched through the
-    /// same dir returns at once; one watched through another dir (the bucket dir was removed
+    /// before `stat`s in a bucket not watched yet, and after `stat`s, before recording what
+    /// they found: a bucket already watched through the same dir stays as it is (one `fstat`
+    /// tells); one watched through another dir (the bucket dir was removed
     /// and recreated, which raises no event while a handle holds the old one) is dropped and
     /// watched anew, which refuses inserts from `stat`s begun before. A bucket that cannot be
     /// watched, or whose handle is a removed dir, is never answered from the index.
