@@ -277,6 +277,19 @@ pub enum Error {
         source: Option<SharedSource>,
     },
 
+    /// A plugin broke its side of the plugin contract (a result for an item it was not
+    /// given, a missing result, a null where a string is due): a bug in the plugin, which
+    /// the host caught before it could corrupt anything.
+    #[error(
+        "plugin {plugin} broke the plugin contract: {detail}; report it to the plugin's vendor"
+    )]
+    PluginContract {
+        /// The plugin.
+        plugin: String,
+        /// What it did.
+        detail: String,
+    },
+
     /// Any other backend failure.
     #[error("{component}: {message}")]
     Backend {

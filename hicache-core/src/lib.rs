@@ -48,7 +48,7 @@ pub use pool::{
 pub use pool_builder::PoolGeometryBuilder;
 pub use probe::{Fact, FactValue, Verdict};
 pub use reference::{ConfigKey, config_keys, config_keys_markdown};
-pub use registry::{Considered, PluginRegistry, Selection};
+pub use registry::{Considered, PluginOrigin, PluginRegistry, Rejected, Selection};
 
 #[doc(hidden)]
 pub mod __private {

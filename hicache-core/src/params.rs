@@ -126,6 +126,16 @@ impl PluginParams {
             .map(|(_, v)| &v.source)
     }
 
+    /// Every parameter as (name, value) in its text form, secrets included: what a loader
+    /// hands to a plugin behind the C ABI (which takes parameters as text). Never for
+    /// display; [`entries`](Self::entries) hides secrets.
+    pub fn to_plugin_text(&self) -> Vec<(&'static str, String)> {
+        self.values
+            .iter()
+            .map(|(spec, s)| (spec.name, s.value.to_string()))
+            .collect()
+    }
+
     /// Every parameter as (name, rendered value or `***`, source).
     pub fn entries(&self) -> Vec<(String, String, Source)> {
         self.values
@@ -384,15 +394,9 @@ mod tests {
     fn no_build(_: &crate::registry::PluginContext<'_>) -> Result<crate::backend::DynBackend> {
         Err(Error::backend("DEMO", "test"))
     }
-    static DEMO: PluginDescriptor = PluginDescriptor {
-        name: "DEMO",
-        kind: BackendKind::File,
-        priority: 0,
-        summary: "test",
-        params: Demo::SPECS,
-        probe: unusable,
-        build: no_build,
-    };
+    static DEMO: PluginDescriptor =
+        PluginDescriptor::new("DEMO", BackendKind::File, "test", unusable, no_build)
+            .with_params(Demo::SPECS);
 
     #[test]
     fn the_declaration_yields_table_and_typed_struct() {

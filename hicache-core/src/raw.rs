@@ -19,7 +19,9 @@ pub use crate::memory::{
 };
 pub use crate::params::{DeclaredParams, ParamKind, ParamSpec, ParamType, PluginParams};
 pub use crate::probe::{Findings, Probe};
-pub use crate::registry::{PluginContext, PluginDescriptor, params_for, priority};
+pub use crate::registry::{
+    LoadedPlugin, PluginContext, PluginDescriptor, PluginOrigin, Rejected, params_for, priority,
+};
 
 #[doc(hidden)]
 pub use crate::registry::PluginRef;

@@ -197,6 +197,7 @@ mod tests {
         match (k.name, k.reader) {
             ("plugin", _) => "posix".into(),
             ("storage_dir", _) => "/tmp/reference-sample".into(),
+            ("plugin_dirs", _) => "/tmp/reference-plugins".into(),
             ("naming", _) => "sglang".into(),
             ("page_format", _) => "raw".into(),
             ("transfer_mode", _) => "bounce".into(),

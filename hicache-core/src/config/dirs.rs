@@ -18,8 +18,9 @@ pub(super) fn render_dirs(dirs: &[PathBuf]) -> String {
 
 /// Parses a comma list of storage dirs (SGLang's form): entries trimmed, empty ones dropped,
 /// order kept, duplicates (same real path, e.g. through a symlink) rejected.
-pub(crate) fn parse_dir_list(list: &str, source: &Source) -> Result<Vec<PathBuf>> {
+pub(crate) fn parse_dir_list(key: &str, list: &str, source: &Source) -> Result<Vec<PathBuf>> {
     check_dir_list(
+        key,
         list.split(',')
             .map(str::trim)
             .filter(|e| !e.is_empty())
@@ -35,14 +36,18 @@ pub(crate) fn parse_dir_list(list: &str, source: &Source) -> Result<Vec<PathBuf>
 /// A relative entry from a config file is relative to the file's directory, not to the
 /// process's working directory. Two entries are the same dir when their real paths match or,
 /// for dirs that exist, their device and inode do (a bind mount has another path).
-pub(crate) fn check_dir_list(list: Vec<PathBuf>, source: &Source) -> Result<Vec<PathBuf>> {
+pub(crate) fn check_dir_list(
+    key: &str,
+    list: Vec<PathBuf>,
+    source: &Source,
+) -> Result<Vec<PathBuf>> {
     use std::os::unix::fs::MetadataExt;
     let mut dirs: Vec<PathBuf> = Vec::new();
     let mut real: Vec<(PathBuf, Option<(u64, u64)>)> = Vec::new();
     for path in list {
         if path.as_os_str().is_empty() {
             return Err(Error::invalid_config(
-                "storage_dir",
+                key,
                 source.to_string(),
                 "an entry of the list is empty",
             ));
@@ -60,14 +65,18 @@ pub(crate) fn check_dir_list(list: Vec<PathBuf>, source: &Source) -> Result<Vec<
             .position(|(r, id)| *r == canonical || (identity.is_some() && *id == identity))
         {
             return Err(Error::InvalidConfig {
-                key: "storage_dir".into(),
+                key: key.into(),
                 source_desc: source.to_string(),
                 reason: format!(
                     "duplicate path {} (same as {})",
                     path.display(),
                     dirs[i].display()
                 ),
-                hint: Some("list each storage dir once; two entries resolving to the same directory would route pages twice".into()),
+                hint: Some(if key == "storage_dir" {
+                    "list each storage dir once; two entries resolving to the same directory would route pages twice".into()
+                } else {
+                    format!("list each dir of `{key}` once")
+                }),
             });
         }
         dirs.push(path);
@@ -75,7 +84,7 @@ pub(crate) fn check_dir_list(list: Vec<PathBuf>, source: &Source) -> Result<Vec<
     }
     if dirs.is_empty() {
         return Err(Error::invalid_config(
-            "storage_dir",
+            key,
             source.to_string(),
             "the list has no directory",
         ));

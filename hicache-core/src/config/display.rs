@@ -65,6 +65,12 @@ impl Config {
             &self.storage_dirs.overridden,
         );
         push(
+            "plugin_dirs".into(),
+            render_dirs(&self.plugin_dirs.value),
+            &self.plugin_dirs.source,
+            &self.plugin_dirs.overridden,
+        );
+        push(
             "use_direct_io".into(),
             self.use_direct_io.value.to_string(),
             &self.use_direct_io.source,

@@ -101,6 +101,13 @@ pub(crate) const KEYS: &[KeySpec] = &[
     .env("HICACHE_STORAGE_DIR")
     .sglang_env("SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR"),
     key(
+        "plugin_dirs",
+        "list of paths, or one string split at commas",
+        Reader::Selection,
+        "dirs whose `.so` files are loaded as dynamic plugins (the C plugin ABI); only these dirs are searched",
+    )
+    .env("HICACHE_PLUGIN_DIR"),
+    key(
         "use_direct_io",
         "bool",
         Reader::FilePlugins,
@@ -303,15 +310,30 @@ pub(super) fn apply_top_level(
             // comma-separated form.
             let dirs = match value {
                 Value::Array(items) => check_dir_list(
+                    key,
                     items
                         .iter()
                         .map(|v| string_value(key, v, source).map(PathBuf::from))
                         .collect::<Result<Vec<_>>>()?,
                     source,
                 )?,
-                other => parse_dir_list(&string_value(key, other, source)?, source)?,
+                other => parse_dir_list(key, &string_value(key, other, source)?, source)?,
             };
             cfg.storage_dirs.offer(dirs, src);
+        }
+        "plugin_dirs" => {
+            let dirs = match value {
+                Value::Array(items) => check_dir_list(
+                    key,
+                    items
+                        .iter()
+                        .map(|v| string_value(key, v, source).map(PathBuf::from))
+                        .collect::<Result<Vec<_>>>()?,
+                    source,
+                )?,
+                other => parse_dir_list(key, &string_value(key, other, source)?, source)?,
+            };
+            cfg.plugin_dirs.offer(dirs, src);
         }
         "use_direct_io" => {
             let b = strict_bool(key, value, source)?;

@@ -105,6 +105,9 @@ pub struct Config {
     pub plugin: Setting<PluginChoice>,
     /// Storage dirs of FILE plugins, in routing order (order is part of routing).
     pub storage_dirs: Setting<Vec<PathBuf>>,
+    /// Directories dynamic plugins (`.so` files exporting the C plugin ABI) are loaded from;
+    /// empty: none are loaded.
+    pub plugin_dirs: Setting<Vec<PathBuf>>,
     /// Bypass the page cache.
     pub use_direct_io: Setting<bool>,
     /// Object naming scheme.
@@ -137,6 +140,7 @@ impl Default for Config {
         Config {
             plugin: Setting::default_value(PluginChoice::Auto),
             storage_dirs: Setting::default_value(vec![PathBuf::from(DEFAULT_STORAGE_DIR)]),
+            plugin_dirs: Setting::default_value(Vec::new()),
             use_direct_io: Setting::default_value(true),
             naming: Setting::default_value(NamingScheme::Hicache),
             page_format: Setting::default_value(PageFormat::Envelope),

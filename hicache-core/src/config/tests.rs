@@ -216,7 +216,7 @@ fn relative_dirs_in_a_file_are_relative_to_the_file_and_bind_mounts_are_duplicat
         )
     } == 0;
     if mounted {
-        let err = check_dir_list(vec![a.clone(), b.clone()], &Source::Api);
+        let err = check_dir_list("storage_dir", vec![a.clone(), b.clone()], &Source::Api);
         // SAFETY: unmounting what was mounted above.
         unsafe { libc::umount2(dst.as_ptr(), libc::MNT_DETACH) };
         assert!(
@@ -365,17 +365,17 @@ fn dir_lists() {
     let link = dir.path().join("link");
     std::os::unix::fs::symlink(&a, &link).unwrap();
     let list = format!(" {}, ,{} ", a.display(), dir.path().join("b").display());
-    let dirs = parse_dir_list(&list, &Source::Api).unwrap();
+    let dirs = parse_dir_list("storage_dir", &list, &Source::Api).unwrap();
     assert_eq!(dirs, vec![a.clone(), dir.path().join("b")]);
     let dup = format!("{},{}", a.display(), link.display());
-    let err = parse_dir_list(&dup, &Source::Api).unwrap_err();
+    let err = parse_dir_list("storage_dir", &dup, &Source::Api).unwrap_err();
     assert!(err.to_string().contains("duplicate path"), "{err}");
     let dup2 = format!("{}/x,{}/x", a.display(), link.display());
     assert!(
-        parse_dir_list(&dup2, &Source::Api).is_err(),
+        parse_dir_list("storage_dir", &dup2, &Source::Api).is_err(),
         "missing dirs under the same real parent"
     );
-    assert!(parse_dir_list(" , ", &Source::Api).is_err());
+    assert!(parse_dir_list("storage_dir", " , ", &Source::Api).is_err());
 }
 
 #[test]

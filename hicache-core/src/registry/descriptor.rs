@@ -1,6 +1,9 @@
 //! What a plugin declares: its descriptor, the context its probe and build get, its
 //! priority, and its registration.
 
+use std::fmt;
+use std::path::Path;
+
 use crate::backend::{BackendKind, DynBackend};
 use crate::config::Config;
 use crate::error::Result;
@@ -58,6 +61,51 @@ impl<'a> PluginContext<'a> {
     }
 }
 
+/// Where a plugin comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PluginOrigin {
+    /// Compiled into this program.
+    BuiltIn,
+    /// Loaded at run time from this file (a shared library exporting the C plugin ABI).
+    File(&'static Path),
+}
+
+impl serde::Serialize for PluginOrigin {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl fmt::Display for PluginOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PluginOrigin::BuiltIn => f.write_str("built-in"),
+            PluginOrigin::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// The probe and build of a plugin that is not compiled in: a loader (the C plugin ABI's)
+/// implements it once for every plugin it loads, and describes each one with
+/// [`PluginDescriptor::loaded`].
+pub trait LoadedPlugin: Send + Sync + fmt::Debug {
+    /// The plugin's functional probe.
+    fn probe(&self, ctx: &PluginContext<'_>) -> Probe;
+    /// Builds a backend.
+    fn build(&self, ctx: &PluginContext<'_>) -> Result<DynBackend>;
+}
+
+/// How probe and build are reached.
+#[derive(Clone, Copy, Debug)]
+enum Hooks {
+    Static {
+        probe: fn(&PluginContext<'_>) -> Probe,
+        build: fn(&PluginContext<'_>) -> Result<DynBackend>,
+    },
+    Loaded(&'static dyn LoadedPlugin),
+}
+
 /// A statically known plugin, built with [`PluginDescriptor::new`] (fields may be added
 /// without breaking plugins):
 ///
@@ -91,10 +139,9 @@ pub struct PluginDescriptor {
     pub summary: &'static str,
     /// Accepted parameters.
     pub params: &'static [ParamSpec],
-    /// Functional probe: proves the plugin can work here, and says what it found.
-    pub probe: fn(&PluginContext<'_>) -> Probe,
-    /// Builds a backend.
-    pub build: fn(&PluginContext<'_>) -> Result<DynBackend>,
+    /// Compiled in, or loaded from a file.
+    pub origin: PluginOrigin,
+    hooks: Hooks,
 }
 
 impl PluginDescriptor {
@@ -112,8 +159,44 @@ impl PluginDescriptor {
             priority: 0,
             summary,
             params: &[],
-            probe,
-            build,
+            origin: PluginOrigin::BuiltIn,
+            hooks: Hooks::Static { probe, build },
+        }
+    }
+
+    /// A plugin loaded at run time from `path`, reached through `plugin` (priority 0, no
+    /// parameters until [`with_params`](Self::with_params)).
+    pub const fn loaded(
+        name: &'static str,
+        kind: BackendKind,
+        summary: &'static str,
+        plugin: &'static dyn LoadedPlugin,
+        path: &'static Path,
+    ) -> Self {
+        PluginDescriptor {
+            name,
+            kind,
+            priority: 0,
+            summary,
+            params: &[],
+            origin: PluginOrigin::File(path),
+            hooks: Hooks::Loaded(plugin),
+        }
+    }
+
+    /// Runs the functional probe: proves the plugin can work here, and says what it found.
+    pub fn probe(&self, ctx: &PluginContext<'_>) -> Probe {
+        match self.hooks {
+            Hooks::Static { probe, .. } => probe(ctx),
+            Hooks::Loaded(plugin) => plugin.probe(ctx),
+        }
+    }
+
+    /// Builds a backend.
+    pub fn build(&self, ctx: &PluginContext<'_>) -> Result<DynBackend> {
+        match self.hooks {
+            Hooks::Static { build, .. } => build(ctx),
+            Hooks::Loaded(plugin) => plugin.build(ctx),
         }
     }
 

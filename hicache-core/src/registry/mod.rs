@@ -12,7 +12,9 @@
 
 mod descriptor;
 
-pub use descriptor::{PluginContext, PluginDescriptor, PluginRef, priority};
+pub use descriptor::{
+    LoadedPlugin, PluginContext, PluginDescriptor, PluginOrigin, PluginRef, priority,
+};
 
 use serde::Serialize;
 
@@ -35,6 +37,8 @@ pub struct Considered {
     pub kind: BackendKind,
     /// Priority.
     pub priority: i32,
+    /// Compiled in, or the file it was loaded from.
+    pub origin: PluginOrigin,
     /// Probe verdict (or why it was not probed).
     pub verdict: Verdict,
     /// What the probe established (none when it did not run).
@@ -80,10 +84,20 @@ impl Selection {
     }
 }
 
+/// A plugin file that was not loaded, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Rejected {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// Why it was not loaded, with what to do about it.
+    pub reason: String,
+}
+
 /// All plugins of this process, in selection order.
 #[derive(Debug, Clone)]
 pub struct PluginRegistry {
     plugins: Vec<&'static PluginDescriptor>,
+    rejected: Vec<Rejected>,
 }
 
 impl PluginRegistry {
@@ -117,12 +131,27 @@ impl PluginRegistry {
                 b.name.to_ascii_uppercase(),
             ))
         });
-        Ok(PluginRegistry { plugins })
+        Ok(PluginRegistry {
+            plugins,
+            rejected: Vec::new(),
+        })
+    }
+
+    /// With these plugin files recorded as not loaded (shown by `hicache plugins` and
+    /// `doctor`).
+    pub fn with_rejected(mut self, rejected: impl IntoIterator<Item = Rejected>) -> Self {
+        self.rejected.extend(rejected);
+        self
     }
 
     /// Plugins in selection order.
     pub fn plugins(&self) -> &[&'static PluginDescriptor] {
         &self.plugins
+    }
+
+    /// Plugin files found in the plugin dirs that were not loaded, with the reason.
+    pub fn rejected(&self) -> &[Rejected] {
+        &self.rejected
     }
 
     /// A plugin by name (case-insensitive).
@@ -269,7 +298,7 @@ impl PluginRegistry {
     /// not test again what the probe established).
     pub fn build(&self, config: &Config, selection: &Selection) -> Result<DynBackend> {
         let ctx = PluginContext::new(config, &selection.params).with_findings(&selection.findings);
-        (selection.plugin.build)(&ctx)
+        selection.plugin.build(&ctx)
     }
 
     /// Selects and builds a backend. Under `auto`, a plugin whose build fails is skipped
@@ -318,6 +347,7 @@ fn considered(p: &PluginDescriptor, probe: Probe, probed: bool) -> Considered {
         name: p.name.to_string(),
         kind: p.kind,
         priority: p.priority,
+        origin: p.origin,
         verdict,
         facts,
         findings,
@@ -328,7 +358,7 @@ fn considered(p: &PluginDescriptor, probe: Probe, probed: bool) -> Considered {
 /// Validates parameters and runs the probe; a parameter error makes the plugin unusable.
 fn probe_one(p: &PluginDescriptor, config: &Config) -> Probe {
     match params_for(p, config) {
-        Ok(params) => (p.probe)(&PluginContext::new(config, &params)),
+        Ok(params) => p.probe(&PluginContext::new(config, &params)),
         Err(e) => Verdict::Unusable {
             reason: format!("config does not fit this plugin: {e}"),
             hint: None,

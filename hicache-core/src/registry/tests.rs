@@ -32,15 +32,10 @@ const PARAMS: &[ParamSpec] = FakeParams::SPECS;
 
 macro_rules! fake {
     ($id:ident, $name:literal, $kind:ident, $prio:expr, $probe:ident, $build:ident) => {
-        static $id: PluginDescriptor = PluginDescriptor {
-            name: $name,
-            kind: BackendKind::$kind,
-            priority: $prio,
-            summary: "fake",
-            params: PARAMS,
-            probe: $probe,
-            build: $build,
-        };
+        static $id: PluginDescriptor =
+            PluginDescriptor::new($name, BackendKind::$kind, "fake", $probe, $build)
+                .with_priority($prio)
+                .with_params(PARAMS);
     };
 }
 fake!(THREEFS, "3FS", File, priority::THREEFS, unusable, no_build);
@@ -322,15 +317,9 @@ fn hostile_keys_are_errors_at_load() {
 
 #[test]
 fn flat_params_steer_auto_to_a_plugin_they_fit() {
-    static NO_PARAMS: PluginDescriptor = PluginDescriptor {
-        name: "3FS",
-        kind: BackendKind::File,
-        priority: priority::THREEFS,
-        summary: "fake",
-        params: &[],
-        probe: usable,
-        build: no_build,
-    };
+    static NO_PARAMS: PluginDescriptor =
+        PluginDescriptor::new("3FS", BackendKind::File, "fake", usable, no_build)
+            .with_priority(priority::THREEFS);
     let r = registry(&[&NO_PARAMS, &POSIX]);
     let cfg = ConfigLoader::new()
         .extra_config(r#"{"use_uring": "true"}"#)
@@ -384,7 +373,8 @@ fn the_probe_runs_once_and_its_build_gets_the_findings() {
     r.open(&cfg).unwrap();
     assert_eq!(PROBES.load(std::sync::atomic::Ordering::SeqCst) - before, 2);
     let params = params_for(&FINDER, &cfg).unwrap();
-    let e = (FINDER.build)(&PluginContext::new(&cfg, &params))
+    let e = FINDER
+        .build(&PluginContext::new(&cfg, &params))
         .err()
         .unwrap();
     assert!(e.to_string().contains("findings: None"), "{e}");

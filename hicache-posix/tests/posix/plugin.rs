@@ -95,7 +95,7 @@ fn the_build_uses_what_the_probe_found() {
     let params = hicache_core::raw::params_for(&hicache_posix::DESCRIPTOR, &config).unwrap();
     let ctx =
         hicache_core::raw::PluginContext::new(&config, &params).with_findings(planted.findings());
-    let backend = (hicache_posix::DESCRIPTOR.build)(&ctx).unwrap();
+    let backend = hicache_posix::DESCRIPTOR.build(&ctx).unwrap();
     assert!(!backend.info().capability.direct_io);
 }
 
