@@ -3,6 +3,7 @@
 
 pub mod broken;
 pub mod cases;
+pub mod cc;
 pub mod check;
 pub mod fault;
 pub mod fixtures;
