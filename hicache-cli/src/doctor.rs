@@ -176,7 +176,7 @@ fn config_step(config: &Config) -> Step {
 /// Probes every plugin and selects from those probes.
 fn plugins_step(config: &Config) -> (Step, Vec<Considered>, Option<(PluginRegistry, Selection)>) {
     let mut step = Step::new("plugins");
-    let registry = match hicache::registry() {
+    let registry = match hicache::registry_for(config) {
         Ok(r) => r,
         Err(e) => {
             step.fail(e.to_string(), "make plugin names unique");
@@ -186,9 +186,15 @@ fn plugins_step(config: &Config) -> (Step, Vec<Considered>, Option<(PluginRegist
     let probed = registry.probe_all(config);
     for c in &probed {
         step.details.push(format!(
-            "{} ({}, priority {}): {}",
-            c.name, c.kind, c.priority, c.verdict
+            "{} ({}, priority {}, {}): {}",
+            c.name, c.kind, c.priority, c.origin, c.verdict
         ));
+    }
+    for r in registry.rejected() {
+        step.warn(
+            format!("plugin file not loaded: {}", r.reason),
+            "fix or remove the file, or drop its dir from `plugin_dirs`",
+        );
     }
     let selection = match registry.select_probed(config, &probed) {
         Ok(sel) => sel,

@@ -5,6 +5,8 @@ pub use hicache_core::*;
 
 #[cfg(feature = "3fs")]
 pub use hicache_3fs as threefs;
+#[cfg(feature = "dynamic")]
+pub use hicache_abi as abi;
 #[cfg(feature = "gds")]
 pub use hicache_gds as gds;
 #[cfg(feature = "obj")]
@@ -27,9 +29,55 @@ pub fn builtin_plugins() -> Vec<&'static raw::PluginDescriptor> {
     .collect()
 }
 
-/// The registry of this build: the built-in plugins plus any registered through inventory.
+/// The registry of this process without a config: the built-in plugins, any registered
+/// through inventory, and the dynamic plugins of the dirs in `HICACHE_PLUGIN_DIR` (comma
+/// separated). With a config, use [`registry_for`], which honours its `plugin_dirs`.
 pub fn registry() -> Result<PluginRegistry> {
-    PluginRegistry::new(&builtin_plugins())
+    let dirs: Vec<std::path::PathBuf> = std::env::var("HICACHE_PLUGIN_DIR")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(Into::into)
+        .collect();
+    with_dynamic(PluginRegistry::new(&builtin_plugins())?, &dirs)
+}
+
+/// The registry for `config`: the built-in plugins, any registered through inventory, and
+/// the dynamic plugins of its `plugin_dirs` (which `HICACHE_PLUGIN_DIR` sets). Plugin
+/// files that could not be loaded are in [`PluginRegistry::rejected`], each with its
+/// reason.
+pub fn registry_for(config: &Config) -> Result<PluginRegistry> {
+    with_dynamic(
+        PluginRegistry::new(&builtin_plugins())?,
+        &config.plugin_dirs.value,
+    )
+}
+
+/// `registry` plus the plugins loaded from `dirs`.
+#[cfg(feature = "dynamic")]
+fn with_dynamic(registry: PluginRegistry, dirs: &[std::path::PathBuf]) -> Result<PluginRegistry> {
+    if dirs.is_empty() {
+        return Ok(registry);
+    }
+    let loaded = hicache_abi::load_dirs(dirs, registry.plugins());
+    let rejected = loaded.rejected.iter().map(hicache_abi::LoadError::rejected);
+    for r in loaded.rejected.iter() {
+        tracing::warn!("{r}");
+    }
+    Ok(
+        PluginRegistry::from_descriptors(registry.plugins().iter().copied().chain(loaded.plugins))?
+            .with_rejected(rejected),
+    )
+}
+
+/// Without the `dynamic` feature, each plugin dir is reported, not silently ignored.
+#[cfg(not(feature = "dynamic"))]
+fn with_dynamic(registry: PluginRegistry, dirs: &[std::path::PathBuf]) -> Result<PluginRegistry> {
+    Ok(registry.with_rejected(dirs.iter().map(|dir| raw::Rejected {
+        path: dir.clone(),
+        reason: "this build cannot load dynamic plugins; enable the `dynamic` feature of the `hicache` crate".into(),
+    })))
 }
 
 /// A config loader that knows this build's plugins: a key that is neither hicache's own
@@ -59,9 +107,10 @@ pub fn reference() -> Vec<ConfigKey> {
 #[doc = include_str!("../CONFIG.md")]
 pub mod config_reference {}
 
-/// Selects and builds a plugin for `config` and returns the connector.
+/// Selects and builds a plugin for `config` (from [`registry_for`] it) and returns the
+/// connector.
 pub fn open(config: Config, options: HiCacheOptions) -> Result<HiCache> {
-    HiCache::open(&registry()?, config, options)
+    HiCache::open(&registry_for(&config)?, config, options)
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ pub(crate) fn bench(
         }
         #[cfg(feature = "obj")]
         Some(Baseline::RawObj) => {
-            let registry = hicache::registry()?;
+            let registry = hicache::registry_for(&config)?;
             let plugin = registry.get("OBJ").ok_or_else(|| {
                 hicache::Error::backend(hicache::Component::Tool("bench"), "OBJ is not registered")
             })?;

@@ -9,7 +9,7 @@ use super::json::JsonOut;
 /// Plugin parameters the plugin would refuse, as `bench` and `doctor` would report them: the
 /// requested plugin's (sections and flat form), and every other section's.
 pub(crate) fn parameter_problems(config: &hicache::Config) -> hicache::Result<Vec<String>> {
-    let registry = hicache::registry()?;
+    let registry = hicache::registry_for(config)?;
     let mut problems = Vec::new();
     for plugin in registry.plugins() {
         let named = matches!(&config.plugin.value,

@@ -7,7 +7,7 @@ use hicache::{PluginChoice, Verdict};
 use super::json::JsonOut;
 
 pub(crate) fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Result<ExitCode> {
-    let registry = hicache::registry()?;
+    let registry = hicache::registry_for(config)?;
     let considered = registry.probe_all(config);
     // The plugin `auto` would choose: the first usable one in selection order.
     let auto_choice = considered
@@ -47,6 +47,7 @@ pub(crate) fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Resu
                     "name": c.name,
                     "kind": c.kind,
                     "priority": c.priority,
+                    "source": c.origin,
                     "usable": c.verdict.is_usable(),
                     "verdict": c.verdict,
                     "facts": c.facts,
@@ -59,13 +60,17 @@ pub(crate) fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Resu
             "auto_choice": auto_choice,
             "requested": config.plugin.value.to_string(),
             "usable": usable,
+            "not_loaded": registry.rejected(),
         });
         if json.emit(&out)? {
             return Ok(code);
         }
     }
     if considered.is_empty() {
-        println!("no plugin is compiled into this build (enable a feature of the `hicache` crate)");
+        println!(
+            "no plugin is compiled into this build or loaded from a plugin dir (enable a feature of the `hicache` crate, or set `plugin_dirs`)"
+        );
+        print_rejected(registry.rejected());
         return Ok(code);
     }
     println!(
@@ -94,10 +99,12 @@ pub(crate) fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Resu
             c.kind.to_string(),
             c.priority
         );
+        println!("{:<25}source: {}", "", c.origin);
         for (subject, facts) in facts_by_subject(&c.facts) {
             println!("{:<25}{subject}: {facts}", "");
         }
     }
+    print_rejected(registry.rejected());
     match (&requested, &auto_choice) {
         (Some(name), _) if usable => {
             println!("\nrequested plugin: {name} (from {})", config.plugin.source)
@@ -110,6 +117,17 @@ pub(crate) fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Resu
         (None, None) => println!("\n`auto` finds no usable plugin here"),
     }
     Ok(code)
+}
+
+/// The plugin files that were not loaded, each with why.
+fn print_rejected(rejected: &[hicache::Rejected]) {
+    if rejected.is_empty() {
+        return;
+    }
+    println!("\nnot loaded:");
+    for r in rejected {
+        println!("  {}", r.reason);
+    }
 }
 
 /// A probe's facts, one line per subject in the order found: `("/data", "filesystem ext4,

@@ -3,6 +3,8 @@
 use std::process::Command;
 
 mod config_keys;
+#[cfg(feature = "dynamic")]
+mod dynamic;
 mod flags;
 mod output;
 mod shared_root;
@@ -11,7 +13,8 @@ fn hicache() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hicache"));
     cmd.env_remove("HICACHE_CONFIG")
         .env_remove("HICACHE_STORAGE_DIR")
-        .env_remove("HICACHE_BACKEND_PLUGIN");
+        .env_remove("HICACHE_BACKEND_PLUGIN")
+        .env_remove("HICACHE_PLUGIN_DIR");
     cmd
 }
 
