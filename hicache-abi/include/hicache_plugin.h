@@ -37,6 +37,11 @@
  *   repeated index or an unknown status is reported to the caller as a plugin contract
  *   error for the affected items; it never reaches memory.
  *
+ * Error text
+ * - A function that fails writes its reason into the hicache_error buffer of that call; a
+ *   failed item carries its message in its result. There is no "last error" accessor:
+ *   a buffer per call cannot be overwritten by another thread.
+ *
  * Failures
  * - A plugin must not let a C++ exception or a Rust panic escape a function of this ABI
  *   (hicache's Rust export macro catches panics and reports them as HICACHE_ERR_PANIC).

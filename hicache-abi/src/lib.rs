@@ -18,6 +18,7 @@ pub const HEADER: &str = include_str!("../include/hicache_plugin.h");
 /// The example plugins' sources, for tests and tools that build them.
 pub mod examples {
     /// `examples/c/cfile.c`: the C example plugin (CFILE). Its `HICACHE_BROKEN_*` macros
-    /// build deliberately broken variants; `HICACHE_PLUGIN_NAME` renames it.
+    /// build deliberately broken variants; `HICACHE_PLUGIN_NAME` renames it and
+    /// `HICACHE_PLUGIN_PRIORITY` changes its priority.
     pub const CFILE_C: &str = include_str!("../examples/c/cfile.c");
 }

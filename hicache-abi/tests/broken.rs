@@ -88,6 +88,20 @@ fn a_file_that_is_not_a_library_cannot_be_opened() {
         matches!(missing, LoadError::CannotOpen { .. }),
         "{missing:?}"
     );
+    std::fs::create_dir(dir.path().join("libdir.so")).unwrap();
+    let e = load_file(&dir.path().join("libdir.so")).unwrap_err();
+    assert!(
+        matches!(&e, LoadError::Refused { reason, .. } if reason.contains("not a regular file")),
+        "{e:?}"
+    );
+    // A plugin dir that is a file.
+    let loaded = load_dirs(std::slice::from_ref(&file), &[]);
+    assert!(loaded.plugins.is_empty());
+    assert!(
+        matches!(&loaded.rejected[..], [LoadError::Dir { dir, .. }] if *dir == file),
+        "{:?}",
+        loaded.rejected
+    );
 }
 
 #[test]
@@ -286,6 +300,41 @@ fn an_unknown_status_is_a_contract_error() {
             "{r}"
         );
     }
+}
+
+#[test]
+fn a_null_result_array_is_a_contract_error() {
+    let (b, _store) = broken_backend(
+        "nullresults",
+        &[
+            "HICACHE_BROKEN_NULL_RESULTS",
+            "HICACHE_PLUGIN_NAME=\"NULLRESULTS\"",
+        ],
+    );
+    for r in exercise(&b) {
+        assert!(
+            r.contains("PluginContract") && r.contains("NULL result array"),
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn a_null_instance_from_open_is_a_contract_error() {
+    let plugin = c_load(
+        "nullinstance",
+        &[
+            "HICACHE_BROKEN_NULL_INSTANCE",
+            "HICACHE_PLUGIN_NAME=\"NULLINSTANCE\"",
+        ],
+    )
+    .unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let e = support::open(plugin, store.path()).unwrap_err();
+    assert!(
+        matches!(&e, Error::PluginContract { detail, .. } if detail.contains("NULL instance")),
+        "{e:?}"
+    );
 }
 
 #[test]

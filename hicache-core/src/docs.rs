@@ -22,8 +22,11 @@
 /// `cuFileBufRegister`, a batch becomes `cuFileBatchIOSubmit` with one `CUfileIOParams_t`
 /// per segment (GDS) or a worker pool issuing `cuFileRead`/`cuFileWrite` (GDS_MT); **3FS
 /// usrbio** — `register` creates an `hf3fs_iov`, a batch becomes `hf3fs_prep_io` per
-/// segment, one `hf3fs_submit_ios` and `hf3fs_wait_for_ios`; **C-ABI plugins** — a
-/// versioned `#[repr(C)]` table with `submit(batch) -> handle` and `poll(handle)`.
+/// segment, one `hf3fs_submit_ios` and `hf3fs_wait_for_ios`.
+///
+/// **C-ABI plugins** (`hicache-abi`) map onto it through a versioned `#[repr(C)]` table: the
+/// host pins every slice of a batch, hands the plugin the batch with addresses, and awaits
+/// the plugin's completion callback, which carries one result per item.
 ///
 /// Why batches and slices: one missing page must not fail 127 others (SGLang NIXL's
 /// all-or-nothing status), and "unregistered memory" must be a typed error before I/O, not

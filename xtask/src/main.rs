@@ -344,17 +344,26 @@ fn sanitize() -> Result<(), String> {
         "test",
         "-p",
         "hicache-posix",
+        // The C plugin ABI's host side: pins, in-flight batches and completions, against
+        // the example plugins (the C one is built without the sanitizer).
+        "-p",
+        "hicache-abi",
         "--target",
         "x86_64-unknown-linux-gnu",
     ])
-    .env("RUSTFLAGS", "-Zsanitizer=address")
+    // The instrumented Rust example plugins look up the sanitizer's runtime in the test
+    // executable when they are loaded, so the executables export their symbols.
+    .env(
+        "RUSTFLAGS",
+        "-Zsanitizer=address -Clink-arg=-Wl,--export-dynamic",
+    )
     .env("RUSTDOCFLAGS", "-Zsanitizer=address")
     .env("CARGO_TARGET_DIR", root().join("target").join("asan"))
     .env("ASAN_OPTIONS", "detect_leaks=0")
     .env("HICACHE_TEST_CANCEL_OPS", "300")
     .env("HICACHE_TEST_CONCURRENCY_OPS", "3000");
     step(
-        "cargo +nightly test -p hicache-posix under AddressSanitizer",
+        "cargo +nightly test -p hicache-posix -p hicache-abi under AddressSanitizer",
         asan,
     )
 }

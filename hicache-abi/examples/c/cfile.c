@@ -7,7 +7,8 @@
  * Build: cc -std=c11 -shared -fPIC -I../../include -o libcfile.so cfile.c -lpthread
  *
  * The HICACHE_BROKEN_* macros build deliberately broken variants, used by hicache's tests
- * to prove the host survives them.
+ * to prove the host survives them; HICACHE_PLUGIN_NAME and HICACHE_PLUGIN_PRIORITY rename
+ * it and change its priority.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -124,7 +125,12 @@ static int cfile_open(const hicache_config *config, void **instance, hicache_err
             return HICACHE_ERR_IO;
         }
     }
+#ifdef HICACHE_BROKEN_NULL_INSTANCE
+    cfile_close(c);
+    *instance = NULL;
+#else
     *instance = c;
+#endif
     return HICACHE_OK;
 }
 
@@ -401,7 +407,11 @@ static int cfile_submit(void *instance, const hicache_batch *batch, hicache_comp
         results[i].index = 0;
     }
 #endif
+#ifdef HICACHE_BROKEN_NULL_RESULTS
+    done(token, NULL, n_results);
+#else
     done(token, results, n_results);
+#endif
 #ifdef HICACHE_BROKEN_TWICE
     done(token, results, n_results);
 #endif
@@ -449,7 +459,11 @@ static const hicache_plugin_table_v1 TABLE = {
     .version = "1.0.0",
     .summary = "one file per object under cfile/ (C example)",
     .kind = HICACHE_KIND_FILE,
+#ifdef HICACHE_PLUGIN_PRIORITY
+    .priority = HICACHE_PLUGIN_PRIORITY,
+#else
     .priority = 5,
+#endif
     .params = PARAMS,
     .n_params = sizeof PARAMS / sizeof PARAMS[0],
     .probe = cfile_probe,

@@ -536,11 +536,11 @@ impl StorageBackend for LoadedBackend {
                 });
             }
         };
-        let (addr, len) = (region.addr(), region.len());
-        let id = self.regions.insert(region);
         let Some(register) = self.plugin.table.register_memory else {
             return Err(self.plugin.contract("register_memory is NULL"));
         };
+        let (addr, len) = (region.addr(), region.len());
+        let id = self.regions.insert(region);
         let mut err = hicache_error::empty();
         // SAFETY: the region is alive and registered here until deregistered; the plugin
         // touches it only for batches that name it, while they are pinned (ABI).

@@ -459,3 +459,54 @@ fn hostile_flag_values_are_errors_naming_the_flag() {
         .to_string();
     assert!(e.contains("did you mean `storage_dir`"), "{e}");
 }
+
+#[test]
+fn plugin_dirs_take_a_list_or_a_comma_string_and_name_themselves_in_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "c.toml",
+        "plugin_dirs = [\"plugins\", \"/opt/p\"]\n",
+    );
+    let cfg = ConfigLoader::new().file(&file).load().unwrap();
+    assert_eq!(
+        cfg.plugin_dirs.value,
+        vec![dir.path().join("plugins"), PathBuf::from("/opt/p")],
+        "a relative dir of a file is relative to the file"
+    );
+    let env = EnvSnapshot::from_pairs([("HICACHE_PLUGIN_DIR", "/a, /b")]);
+    let cfg = ConfigLoader::new().env(env).load().unwrap();
+    assert_eq!(
+        cfg.plugin_dirs.value,
+        vec![PathBuf::from("/a"), PathBuf::from("/b")]
+    );
+    assert_eq!(
+        cfg.plugin_dirs.source,
+        Source::Env("HICACHE_PLUGIN_DIR".into())
+    );
+    assert!(
+        ConfigLoader::new()
+            .load()
+            .unwrap()
+            .plugin_dirs
+            .value
+            .is_empty()
+    );
+
+    for (value, says) in [
+        (serde_json::json!(5), "plugin_dirs"),
+        (serde_json::json!(["/a", "/a"]), "duplicate path"),
+        (serde_json::json!(["/a", ""]), "empty"),
+        (serde_json::json!(" , "), "no directory"),
+    ] {
+        let e = ConfigLoader::new()
+            .set("plugin_dirs", value.clone())
+            .load()
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("plugin_dirs") && text.contains(says),
+            "{value}: {text}"
+        );
+    }
+}
