@@ -506,6 +506,19 @@ impl LoadedBackend {
     }
 }
 
+impl LoadedBackend {
+    /// The result of an item that only succeeds or fails (write, remove).
+    fn done(&self, op: &'static str, r: RawResult) -> Result<()> {
+        match r.status {
+            abi::OK => Ok(()),
+            s if s > 0 => Err(self
+                .plugin
+                .contract(format!("answered a {op} with status {s}"))),
+            _ => Err(self.error(op, &r)),
+        }
+    }
+}
+
 /// A batch handed to the plugin, or refused by it.
 enum Started {
     Refused(Vec<Result<RawResult>>),
@@ -589,15 +602,7 @@ impl StorageBackend for LoadedBackend {
         self.submit(abi::OP_WRITE, &items)
             .await
             .into_iter()
-            .map(|r| match r? {
-                RawResult {
-                    status: abi::OK, ..
-                } => Ok(()),
-                r if r.status > 0 => Err(self
-                    .plugin
-                    .contract(format!("answered a write with status {}", r.status))),
-                r => Err(self.error("write", &r)),
-            })
+            .map(|r| self.done("write", r?))
             .collect()
     }
 
@@ -671,15 +676,7 @@ impl StorageBackend for LoadedBackend {
         self.submit(abi::OP_REMOVE, &items)
             .await
             .into_iter()
-            .map(|r| match r? {
-                RawResult {
-                    status: abi::OK, ..
-                } => Ok(()),
-                r if r.status > 0 => Err(self
-                    .plugin
-                    .contract(format!("answered a remove with status {}", r.status))),
-                r => Err(self.error("remove", &r)),
-            })
+            .map(|r| self.done("remove", r?))
             .collect()
     }
 

@@ -285,6 +285,22 @@ pub(super) fn apply_plugin_sections(
     Ok(chosen.is_some())
 }
 
+/// A list of dirs: a list is taken verbatim (a dir may contain a comma); a string is
+/// SGLang's comma-separated form.
+fn dir_list(key: &str, value: &Value, source: &Source) -> Result<Vec<PathBuf>> {
+    match value {
+        Value::Array(items) => check_dir_list(
+            key,
+            items
+                .iter()
+                .map(|v| string_value(key, v, source).map(PathBuf::from))
+                .collect::<Result<Vec<_>>>()?,
+            source,
+        ),
+        other => parse_dir_list(key, &string_value(key, other, source)?, source),
+    }
+}
+
 /// Applies a hicache or engine top-level key; returns false if the key is neither.
 pub(super) fn apply_top_level(
     cfg: &mut Config,
@@ -306,34 +322,10 @@ pub(super) fn apply_top_level(
             cfg.plugin.offer(PluginChoice::parse(&s), src);
         }
         "storage_dir" => {
-            // A list is taken verbatim (a dir may contain a comma); a string is SGLang's
-            // comma-separated form.
-            let dirs = match value {
-                Value::Array(items) => check_dir_list(
-                    key,
-                    items
-                        .iter()
-                        .map(|v| string_value(key, v, source).map(PathBuf::from))
-                        .collect::<Result<Vec<_>>>()?,
-                    source,
-                )?,
-                other => parse_dir_list(key, &string_value(key, other, source)?, source)?,
-            };
-            cfg.storage_dirs.offer(dirs, src);
+            cfg.storage_dirs.offer(dir_list(key, value, source)?, src);
         }
         "plugin_dirs" => {
-            let dirs = match value {
-                Value::Array(items) => check_dir_list(
-                    key,
-                    items
-                        .iter()
-                        .map(|v| string_value(key, v, source).map(PathBuf::from))
-                        .collect::<Result<Vec<_>>>()?,
-                    source,
-                )?,
-                other => parse_dir_list(key, &string_value(key, other, source)?, source)?,
-            };
-            cfg.plugin_dirs.offer(dirs, src);
+            cfg.plugin_dirs.offer(dir_list(key, value, source)?, src);
         }
         "use_direct_io" => {
             let b = strict_bool(key, value, source)?;
