@@ -50,11 +50,8 @@ fn load_config(g: &GlobalArgs) -> hicache::Result<hicache::Config> {
     let mut loader = hicache::config();
     if let Some(path) = &g.config {
         loader = loader.file(path);
-    } else if let Ok(path) = std::env::var("HICACHE_CONFIG")
-        && !path.is_empty()
-    {
-        loader = loader.file(path);
     }
+    // The environment brings HICACHE_CONFIG when --config is absent (the library's rule).
     loader = loader.env(EnvSnapshot::from_process());
     if let Some(p) = &g.plugin {
         loader = loader.set_flag("--plugin", "plugin", p.as_str());

@@ -30,7 +30,18 @@ impl fmt::Display for BackendKind {
 }
 
 /// What a backend can do, as plain data. Drives transfer-mode decisions and test gating.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+///
+/// [`Capability::default()`] is valid as it is: host memory, any alignment (1), one
+/// segment per item, nothing else claimed. A plugin starts there and sets what it does:
+///
+/// ```
+/// let mut c = hicache_core::raw::Capability::default();
+/// assert!(c.problems().is_empty());
+/// c.max_segments = 1024;
+/// c.atomic_publish = true;
+/// assert!(c.problems().is_empty());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Capability {
     /// Transfers bypass the page cache (O_DIRECT or equivalent).
@@ -54,7 +65,56 @@ pub struct Capability {
     pub persistent: bool,
 }
 
+impl Default for Capability {
+    fn default() -> Self {
+        Capability {
+            direct_io: false,
+            io_alignment: 1,
+            gpu_direct: false,
+            host_memory: true,
+            device_memory: false,
+            atomic_publish: false,
+            max_object_size: None,
+            max_segments: 1,
+            persistent: false,
+        }
+    }
+}
+
 impl Capability {
+    /// What makes this capability unusable, each naming the field and the fix; empty when
+    /// it is valid. The conformance suite and the dynamic-plugin loader both check it.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.io_alignment.is_power_of_two() {
+            out.push(format!(
+                "io_alignment is {}: it must be a power of two (1 when any address and length go)",
+                self.io_alignment
+            ));
+        } else if self.direct_io && self.io_alignment < 512 {
+            out.push(format!(
+                "io_alignment is {} under direct_io: set the storage's real direct-I/O alignment (statx DIOALIGN, at least 512)",
+                self.io_alignment
+            ));
+        }
+        if self.max_segments == 0 {
+            out.push(
+                "max_segments is 0: set how many segments one item may gather or scatter (at least 1)"
+                    .into(),
+            );
+        }
+        if !self.host_memory && !self.device_memory {
+            out.push("neither host_memory nor device_memory is set: the backend could move no memory; set the kinds it accepts".into());
+        }
+        if self.max_object_size == Some(0) {
+            out.push("max_object_size is Some(0): use None when objects are unbounded".into());
+        }
+        if self.gpu_direct && !self.device_memory {
+            out.push("gpu_direct is set without device_memory: GPU-direct transfers need device memory registrations".into());
+        }
+        out
+    }
+
     /// Refuses an item of more segments than [`Capability::max_segments`], before any I/O
     /// (a plugin must never truncate or split such an item silently).
     pub fn check_segments(
@@ -267,3 +327,42 @@ pub trait StorageBackend: Send + Sync + fmt::Debug + 'static {
 
 /// A shared, type-erased backend.
 pub type DynBackend = Arc<dyn StorageBackend>;
+
+#[cfg(test)]
+mod tests {
+    use super::Capability;
+
+    #[test]
+    fn the_default_capability_is_valid_and_every_problem_names_its_field() {
+        assert_eq!(Capability::default().problems(), Vec::<String>::new());
+        type Break = fn(&mut Capability);
+        let cases: [(&str, Break); 6] = [
+            ("io_alignment is 0", |c| c.io_alignment = 0),
+            ("io_alignment is 24", |c| c.io_alignment = 24),
+            ("io_alignment is 1 under direct_io", |c| c.direct_io = true),
+            ("max_segments is 0", |c| c.max_segments = 0),
+            ("neither host_memory nor device_memory", |c| {
+                c.host_memory = false
+            }),
+            ("max_object_size is Some(0)", |c| {
+                c.max_object_size = Some(0)
+            }),
+        ];
+        for (says, break_it) in cases {
+            let mut c = Capability::default();
+            break_it(&mut c);
+            let problems = c.problems();
+            assert!(
+                problems.len() == 1 && problems[0].starts_with(says),
+                "{says}: {problems:?}"
+            );
+        }
+        let mut gpu = Capability {
+            gpu_direct: true,
+            ..Capability::default()
+        };
+        assert!(gpu.problems()[0].starts_with("gpu_direct is set without device_memory"));
+        gpu.device_memory = true;
+        assert!(gpu.problems().is_empty());
+    }
+}

@@ -153,19 +153,10 @@ impl FromTable for BackendKind {
 }
 
 impl CPlugin {
-    /// The instance's capability, checked: an alignment that is not a power of two or no
-    /// segment at all would break every transfer, so it fails the build naming the field.
+    /// The instance's capability, checked by core's one rule (`Capability::problems`): an
+    /// invalid one would break transfers, so it fails the build naming the field.
     fn capability(&self, out: &hicache_info) -> Result<Capability> {
         let c = out.capability;
-        if !c.io_alignment.is_power_of_two() {
-            return Err(self.contract(format!(
-                "capability.io_alignment is {}; it must be a power of two (1 when anything goes)",
-                c.io_alignment
-            )));
-        }
-        if c.max_segments == 0 {
-            return Err(self.contract("capability.max_segments is 0; it must be at least 1"));
-        }
         let mut cap = Capability::default();
         cap.direct_io = c.direct_io != 0;
         cap.io_alignment = c.io_alignment;
@@ -176,6 +167,10 @@ impl CPlugin {
         cap.max_object_size = (c.max_object_size != 0).then_some(c.max_object_size);
         cap.max_segments = c.max_segments;
         cap.persistent = c.persistent != 0;
+        let problems = cap.problems();
+        if !problems.is_empty() {
+            return Err(self.contract(format!("capability.{}", problems.join("; capability."))));
+        }
         Ok(cap)
     }
 }

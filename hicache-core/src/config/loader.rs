@@ -53,6 +53,9 @@ impl EnvSnapshot {
 #[derive(Debug, Default)]
 pub struct ConfigLoader {
     documents: Vec<(Source, Value)>,
+    /// A config file was given ([`file`](Self::file) or `extra_config("@…")`): it wins over
+    /// `HICACHE_CONFIG`.
+    file_given: bool,
     env: Option<EnvSnapshot>,
     explicit: Vec<(String, Value, Source)>,
     errors: Vec<Error>,
@@ -70,6 +73,7 @@ impl ConfigLoader {
     pub fn file(mut self, path: impl AsRef<Path>) -> Self {
         let raw = path.as_ref().to_string_lossy();
         let path = PathBuf::from(raw.strip_prefix('@').unwrap_or(&raw));
+        self.file_given = true;
         match read_document(&path) {
             Ok(doc) => self.documents.push((Source::File(path), doc)),
             Err(e) => self.errors.push(e),
@@ -94,7 +98,10 @@ impl ConfigLoader {
         this
     }
 
-    /// Reads the environment from `env` (use [`EnvSnapshot::from_process`] in binaries).
+    /// Reads the environment from `env` (use [`EnvSnapshot::from_process`] in binaries):
+    /// its hicache and SGLang variables, and `HICACHE_CONFIG`, the config file to read when
+    /// no [`file`](Self::file) was given (the `hicache` command follows the same rule:
+    /// `--config` wins over `HICACHE_CONFIG`).
     pub fn env(mut self, env: EnvSnapshot) -> Self {
         self.env = Some(env);
         self
@@ -129,7 +136,22 @@ impl ConfigLoader {
         }
         let mut cfg = Config::default();
         let mut fully_qualified_without_active = None;
-        for (source, doc) in self.documents {
+        let mut documents = self.documents;
+        if !self.file_given
+            && let Some(path) = self.env.as_ref().and_then(|e| e.get("HICACHE_CONFIG"))
+        {
+            let path = PathBuf::from(path);
+            let doc = read_document(&path).map_err(|e| match e {
+                Error::ConfigFile { path, reason } => Error::ConfigFile {
+                    path,
+                    reason: format!("{reason} (named by HICACHE_CONFIG)"),
+                },
+                other => other,
+            })?;
+            // Read before the other documents: a file ranks below inline config.
+            documents.insert(0, (Source::File(path), doc));
+        }
+        for (source, doc) in documents {
             let Value::Object(map) = doc else {
                 return Err(Error::ConfigFile {
                     path: source_path(&source),

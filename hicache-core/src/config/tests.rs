@@ -510,3 +510,31 @@ fn plugin_dirs_take_a_list_or_a_comma_string_and_name_themselves_in_errors() {
         );
     }
 }
+
+#[test]
+fn hicache_config_names_the_file_when_no_file_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let named = write(dir.path(), "named.toml", "naming = \"sglang\"\n");
+    let given = write(dir.path(), "given.toml", "page_format = \"raw\"\n");
+    let env = || EnvSnapshot::from_pairs([("HICACHE_CONFIG", named.to_str().unwrap())]);
+
+    let cfg = ConfigLoader::new().env(env()).load().unwrap();
+    assert_eq!(cfg.naming.value, NamingScheme::Sglang);
+    assert_eq!(cfg.naming.source, Source::File(named.clone()));
+
+    // A file given to the loader wins; HICACHE_CONFIG is not read at all.
+    let cfg = ConfigLoader::new().file(&given).env(env()).load().unwrap();
+    assert_eq!(cfg.naming.value, NamingScheme::Hicache);
+    assert_eq!(cfg.page_format.value, PageFormat::Raw);
+
+    // Without the environment, the variable means nothing.
+    let cfg = ConfigLoader::new().load().unwrap();
+    assert_eq!(cfg.naming.value, NamingScheme::Hicache);
+
+    let missing = EnvSnapshot::from_pairs([("HICACHE_CONFIG", "/no/such/hicache.toml")]);
+    let e = ConfigLoader::new().env(missing).load().unwrap_err();
+    assert!(
+        matches!(&e, crate::Error::ConfigFile { reason, .. } if reason.contains("named by HICACHE_CONFIG")),
+        "{e}"
+    );
+}

@@ -16,16 +16,12 @@ pub async fn backend_info_is_consistent(env: &TrialEnv) -> CaseResult {
     let info = env.backend()?.info();
     ensure!(!info.name.is_empty(), "empty name");
     ensure!(!info.version.is_empty(), "empty version");
-    let c = info.capability;
-    ensure!(c.host_memory || c.device_memory, "accepts no memory kind");
-    ensure!(c.max_segments >= 1, "max_segments is 0");
-    if c.direct_io {
-        ensure!(
-            c.io_alignment.is_power_of_two() && c.io_alignment >= 512,
-            "direct I/O alignment {} is not a power of two ≥ 512",
-            c.io_alignment
-        );
-    }
+    let problems = info.capability.problems();
+    ensure!(
+        problems.is_empty(),
+        "info().capability is not valid:\n  {}\n(`Capability::default()` is valid; start there and set what the backend does)",
+        problems.join("\n  ")
+    );
     Ok(())
 }
 
