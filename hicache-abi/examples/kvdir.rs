@@ -193,17 +193,11 @@ impl StorageBackend for Kvdir {
     }
 
     fn register(&self, region: MemoryRegion) -> Result<RegionId> {
-        if !self.info().capability.accepts(region.kind()) {
-            return Err(Error::Unsupported {
-                component: NAME.into(),
-                operation: format!("registering {} memory", region.kind()),
-            });
-        }
-        Ok(self.regions.insert(region))
+        self.regions.register(region, &self.info().capability)
     }
 
     fn deregister(&self, id: RegionId) -> Result<()> {
-        self.regions.remove(id).map(drop)
+        self.regions.deregister(id)
     }
 
     async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {

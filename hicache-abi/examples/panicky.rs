@@ -62,11 +62,11 @@ impl StorageBackend for Panicky {
     }
 
     fn register(&self, region: MemoryRegion) -> Result<RegionId> {
-        Ok(self.0.insert(region))
+        self.0.register(region, &self.info().capability)
     }
 
     fn deregister(&self, id: RegionId) -> Result<()> {
-        self.0.remove(id).map(drop)
+        self.0.deregister(id)
     }
 
     async fn write(&self, _: &[WriteItem<'_>]) -> Vec<Result<()>> {

@@ -12,9 +12,9 @@ use crate::backend::{
     BackendInfo, BackendKind, Capability, MissReason, ReadItem, ReadOutcome, StorageBackend, Usage,
     WriteItem,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::key::ObjectKey;
-use crate::memory::{MemKind, MemoryRegion, RegionId, RegionTable};
+use crate::memory::{MemoryRegion, RegionId, RegionTable};
 
 const NAME: &str = "MEMORY";
 
@@ -167,17 +167,11 @@ impl StorageBackend for MemoryBackend {
     }
 
     fn register(&self, region: MemoryRegion) -> Result<RegionId> {
-        if region.kind() != MemKind::Host {
-            return Err(Error::Unsupported {
-                component: NAME.into(),
-                operation: format!("registering {} memory", region.kind()),
-            });
-        }
-        Ok(self.regions.insert(region))
+        self.regions.register(region, &self.capability())
     }
 
     fn deregister(&self, id: RegionId) -> Result<()> {
-        self.regions.remove(id).map(drop)
+        self.regions.deregister(id)
     }
 
     async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {

@@ -10,7 +10,7 @@ use hicache_core::raw::{
     BackendInfo, BackendKind, Capability, HostBytes, ObjectKey, ReadItem, RegionId, RegionTable,
     Slice, StorageBackend, TargetSlice, Usage, WriteItem,
 };
-use hicache_core::{Error, MemKind, MemoryRegion, ReadOutcome, Result};
+use hicache_core::{Error, MemoryRegion, ReadOutcome, Result};
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
 use object_store::path::Path;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
@@ -321,16 +321,7 @@ impl StorageBackend for ObjBackend {
     }
 
     fn register(&self, region: MemoryRegion) -> Result<RegionId> {
-        if region.kind() != MemKind::Host {
-            return Err(Error::Unsupported {
-                component: NAME.into(),
-                operation: format!(
-                    "registering {} memory (OBJ moves host memory)",
-                    region.kind()
-                ),
-            });
-        }
-        Ok(self.client.regions.insert(region))
+        self.client.regions.register(region, &self.capability())
     }
 
     fn deregister(&self, id: RegionId) -> Result<()> {
