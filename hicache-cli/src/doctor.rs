@@ -97,8 +97,14 @@ impl DoctorReport {
     }
 }
 
-/// Runs every step. Never panics; a failing step does not stop later ones unless they need it.
-pub async fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
+/// Runs every step over the plugins of `registry` (its error, two plugins of one name, is
+/// reported as the plugins step's failure). Never panics; a failing step does not stop
+/// later ones unless they need it.
+pub async fn run(
+    registry: hicache::Result<PluginRegistry>,
+    config: &Config,
+    opts: &DoctorOptions,
+) -> DoctorReport {
     // Before any probe runs: probing creates missing dirs.
     let missing: Vec<PathBuf> = config
         .storage_dirs
@@ -111,7 +117,7 @@ pub async fn run(config: &Config, opts: &DoctorOptions) -> DoctorReport {
     let mut steps = vec![config_step(config)];
     // Every plugin is probed once; selection, the dir checks and the build reuse it.
     spinner.set_message("doctor: probing every plugin");
-    let (mut plugins, probed, selected) = plugins_step(config);
+    let (mut plugins, probed, selected) = plugins_step(registry, config);
     // The dirs as they were: opening the plugin adds this process's own spare dir.
     spinner.set_message("doctor: checking the storage dirs");
     let dirs = dirs_step(config, &missing, &probed);
@@ -174,9 +180,12 @@ fn config_step(config: &Config) -> Step {
 }
 
 /// Probes every plugin and selects from those probes.
-fn plugins_step(config: &Config) -> (Step, Vec<Considered>, Option<(PluginRegistry, Selection)>) {
+fn plugins_step(
+    registry: hicache::Result<PluginRegistry>,
+    config: &Config,
+) -> (Step, Vec<Considered>, Option<(PluginRegistry, Selection)>) {
     let mut step = Step::new("plugins");
-    let registry = match hicache::registry_for(config) {
+    let registry = match registry {
         Ok(r) => r,
         Err(e) => {
             step.fail(e.to_string(), "make plugin names unique");

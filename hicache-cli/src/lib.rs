@@ -2,6 +2,9 @@
 #![deny(missing_docs)]
 
 pub mod bench;
+mod cmd;
 pub mod doctor;
 mod progress;
 pub mod scrub;
+
+pub use cmd::Commands;

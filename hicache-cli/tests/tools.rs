@@ -45,7 +45,11 @@ fn options(model: ModelShape, page_tokens: u64, layout: Layout, host_gib: f64) -
 fn doctor(config: &Config, opts: &DoctorOptions) -> hicache_cli::doctor::DoctorReport {
     tokio::runtime::Runtime::new()
         .unwrap()
-        .block_on(hicache_cli::doctor::run(config, opts))
+        .block_on(hicache_cli::doctor::run(
+            hicache::registry_for(config),
+            config,
+            opts,
+        ))
 }
 
 fn default_opts() -> DoctorOptions {

@@ -48,10 +48,32 @@ pub fn registry() -> Result<PluginRegistry> {
 /// files that could not be loaded are in [`PluginRegistry::rejected`], each with its
 /// reason.
 pub fn registry_for(config: &Config) -> Result<PluginRegistry> {
-    with_dynamic(
-        PluginRegistry::new(&builtin_plugins())?,
-        &config.plugin_dirs.value,
-    )
+    registry_with(config, &[])
+}
+
+/// [`registry_for`] with `extra` plugins beside this build's: what a program that links
+/// its own plugin in (a vendor's `hicache` command) selects from.
+pub fn registry_with(
+    config: &Config,
+    extra: &[&'static raw::PluginDescriptor],
+) -> Result<PluginRegistry> {
+    let mut builtin = builtin_plugins();
+    builtin.extend_from_slice(extra);
+    with_dynamic(PluginRegistry::new(&builtin)?, &config.plugin_dirs.value)
+}
+
+/// A config loader that knows this build's plugins and `extra` ones (see [`config`]).
+pub fn config_with(extra: &[&'static raw::PluginDescriptor]) -> ConfigLoader {
+    let mut plugins = match registry() {
+        Ok(registry) => registry.plugins().to_vec(),
+        Err(_) => builtin_plugins(),
+    };
+    for e in extra {
+        if !plugins.iter().any(|p| std::ptr::eq(*p, *e)) {
+            plugins.push(e);
+        }
+    }
+    ConfigLoader::new().plugins(&plugins)
 }
 
 /// `registry` plus the plugins loaded from `dirs`.
@@ -89,12 +111,9 @@ fn with_dynamic(registry: PluginRegistry, dirs: &[std::path::PathBuf]) -> Result
 /// assert!(config.unwrap_err().to_string().contains("did you mean `storage_dir`"));
 /// ```
 pub fn config() -> ConfigLoader {
-    let plugins = match registry() {
-        Ok(registry) => registry.plugins().to_vec(),
-        // Two plugins under one name: `open` reports it; check keys against the built-ins.
-        Err(_) => builtin_plugins(),
-    };
-    ConfigLoader::new().plugins(&plugins)
+    // Two plugins under one name: `open` reports it; keys are checked against the
+    // built-ins meanwhile.
+    config_with(&[])
 }
 
 /// The config reference of this build: hicache's keys and every compiled plugin's

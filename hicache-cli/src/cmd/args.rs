@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::bench::ModelShape;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use hicache_cli::bench::ModelShape;
 
 #[derive(Parser, Debug)]
 #[command(

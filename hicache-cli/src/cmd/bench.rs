@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use hicache_cli::bench::BenchOptions;
+use crate::bench::BenchOptions;
 
 use super::args::{Baseline, BenchArgs, Op};
 use super::json::JsonOut;
@@ -11,6 +11,7 @@ use super::plugins::facts_by_subject;
 use super::runtime;
 
 pub(crate) fn bench(
+    cx: &super::Commands,
     config: hicache::Config,
     args: &BenchArgs,
     json: &JsonOut,
@@ -51,7 +52,7 @@ pub(crate) fn bench(
                     e,
                 )
             })?;
-            hicache_cli::bench::raw_baseline(
+            crate::bench::raw_baseline(
                 &dir,
                 one.page_bytes(),
                 pages,
@@ -62,14 +63,14 @@ pub(crate) fn bench(
         }
         #[cfg(feature = "obj")]
         Some(Baseline::RawObj) => {
-            let registry = hicache::registry_for(&config)?;
+            let registry = cx.registry(&config)?;
             let plugin = registry.get("OBJ").ok_or_else(|| {
                 hicache::Error::backend(hicache::Component::Tool("bench"), "OBJ is not registered")
             })?;
             let params = hicache::raw::params_for(plugin, &config)?;
             let ctx = hicache::raw::PluginContext::new(&config, &params);
             let cfg = hicache::obj::ObjConfig::from_context(&ctx)?;
-            runtime()?.block_on(hicache_cli::bench::raw_object_store(
+            runtime()?.block_on(crate::bench::raw_object_store(
                 cfg,
                 one.page_bytes(),
                 pages,
@@ -78,8 +79,12 @@ pub(crate) fn bench(
             ))?
         }
         None => {
-            let cache =
-                std::sync::Arc::new(hicache::open(config, hicache::HiCacheOptions::default())?);
+            let registry = cx.registry(&config)?;
+            let cache = std::sync::Arc::new(hicache::HiCache::open(
+                &registry,
+                config,
+                hicache::HiCacheOptions::default(),
+            )?);
             let opts = BenchOptions {
                 geometry: one,
                 pages,
@@ -92,7 +97,7 @@ pub(crate) fn bench(
                 keep: args.keep,
                 progress: true,
             };
-            runtime()?.block_on(hicache_cli::bench::run(cache, &opts))?
+            runtime()?.block_on(crate::bench::run(cache, &opts))?
         }
     };
     let value = serde_json::to_value(&report).unwrap_or_default();
@@ -140,7 +145,7 @@ pub(crate) fn bench(
         }
         let mean =
             |per: Vec<f64>| (!per.is_empty()).then(|| per.iter().sum::<f64>() / per.len() as f64);
-        let allocations = |rounds: &[hicache_cli::bench::PhaseStats]| {
+        let allocations = |rounds: &[crate::bench::PhaseStats]| {
             let page = mean(
                 rounds
                     .iter()
@@ -195,7 +200,7 @@ pub(crate) fn bench(
 pub(crate) fn bench_fits_in_memory(pages: u64, page_bytes: u64) -> hicache::Result<()> {
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let need = pages.checked_mul(page_bytes).and_then(|b| b.checked_mul(2));
-    let available = hicache_cli::doctor::available_memory();
+    let available = crate::doctor::available_memory();
     match (need, available) {
         (Some(need), Some(avail)) if need <= avail => Ok(()),
         (Some(_), None) => Ok(()),

@@ -8,8 +8,11 @@ use super::json::JsonOut;
 
 /// Plugin parameters the plugin would refuse, as `bench` and `doctor` would report them: the
 /// requested plugin's (sections and flat form), and every other section's.
-pub(crate) fn parameter_problems(config: &hicache::Config) -> hicache::Result<Vec<String>> {
-    let registry = hicache::registry_for(config)?;
+pub(crate) fn parameter_problems(
+    cx: &super::Commands,
+    config: &hicache::Config,
+) -> hicache::Result<Vec<String>> {
+    let registry = cx.registry(config)?;
     let mut problems = Vec::new();
     for plugin in registry.plugins() {
         let named = matches!(&config.plugin.value,
@@ -62,9 +65,13 @@ pub(crate) fn config_keys(markdown: bool, json: &JsonOut) -> hicache::Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn config_show(config: &hicache::Config, json: &JsonOut) -> hicache::Result<ExitCode> {
+pub(crate) fn config_show(
+    cx: &super::Commands,
+    config: &hicache::Config,
+    json: &JsonOut,
+) -> hicache::Result<ExitCode> {
     let entries = config.entries();
-    let problems = parameter_problems(config)?;
+    let problems = parameter_problems(cx, config)?;
     let code = if problems.is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -6,8 +6,12 @@ use hicache::{PluginChoice, Verdict};
 
 use super::json::JsonOut;
 
-pub(crate) fn plugins(config: &hicache::Config, json: &JsonOut) -> hicache::Result<ExitCode> {
-    let registry = hicache::registry_for(config)?;
+pub(crate) fn plugins(
+    cx: &super::Commands,
+    config: &hicache::Config,
+    json: &JsonOut,
+) -> hicache::Result<ExitCode> {
+    let registry = cx.registry(config)?;
     let considered = registry.probe_all(config);
     // The plugin `auto` would choose: the first usable one in selection order.
     let auto_choice = considered

@@ -8,6 +8,7 @@ use super::json::JsonOut;
 use super::runtime;
 
 pub(crate) fn doctor(
+    cx: &super::Commands,
     config: &hicache::Config,
     args: &DoctorArgs,
     json: &JsonOut,
@@ -33,14 +34,15 @@ pub(crate) fn doctor(
             ),
         ),
     };
-    let opts = hicache_cli::doctor::DoctorOptions {
+    let opts = crate::doctor::DoctorOptions {
         geometry,
         host_pool_bytes,
         host_pool_origin,
         round_trip_pages: 4,
         progress: true,
     };
-    let report = runtime()?.block_on(hicache_cli::doctor::run(config, &opts));
+    let registry = cx.registry(config);
+    let report = runtime()?.block_on(crate::doctor::run(registry, config, &opts));
     let value = serde_json::to_value(&report).unwrap_or_default();
     if !json.emit(&value)? {
         for (i, step) in report.steps.iter().enumerate() {
@@ -48,7 +50,7 @@ pub(crate) fn doctor(
                 "{}) {:<13} {}",
                 i + 1,
                 step.name,
-                hicache_cli::doctor::label(step.status)
+                crate::doctor::label(step.status)
             );
             for d in &step.details {
                 println!("     {d}");
@@ -78,14 +80,14 @@ pub(crate) fn scrub(
     args: &ScrubArgs,
     json: &JsonOut,
 ) -> hicache::Result<ExitCode> {
-    let opts = hicache_cli::scrub::ScrubOptions {
+    let opts = crate::scrub::ScrubOptions {
         dirs: config.storage_dirs.value.clone(),
         delete: args.delete,
         namespace: args.namespace.clone(),
         temp_age: std::time::Duration::from_secs(args.temp_age_s),
         progress: true,
     };
-    let report = hicache_cli::scrub::scrub(&opts)?;
+    let report = crate::scrub::scrub(&opts)?;
     let value = serde_json::to_value(&report).unwrap_or_default();
     if !json.emit(&value)? {
         println!(
