@@ -67,8 +67,9 @@ impl Commands {
     }
 
     /// Runs the command the process's arguments name, printing errors like the `hicache`
-    /// command: call it first thing in `main` (it sets up logging from `HICACHE_LOG` and
-    /// the default SIGPIPE action, so `| head` ends the command quietly).
+    /// command: call it first thing in `main` (it sets up logging from `HICACHE_LOG` unless
+    /// the program already has a logger, and the default SIGPIPE action, so `| head` ends
+    /// the command quietly).
     pub fn main(&self) -> ExitCode {
         quiet_on_broken_pipe();
         tracing_subscriber::fmt()
@@ -79,7 +80,9 @@ impl Commands {
             .with_writer(std::io::stderr)
             // Colour codes only where a person reads them, never into a pipe or a log file.
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
+            // A program that set up its own logging keeps it.
+            .try_init()
+            .ok();
         self.run_args(std::env::args_os())
     }
 
