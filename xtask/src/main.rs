@@ -166,6 +166,42 @@ fn ci() -> Result<(), String> {
         .env("HICACHE_S3S_FS", &s3s);
     let mut totals = counted_step("cargo test --workspace", test)?;
 
+    // The vendor example's own `hicache` command (CLI as a library) needs its `cli` feature,
+    // which `--workspace` leaves off.
+    let mut vendor_lint = cargo();
+    vendor_lint.args([
+        "clippy",
+        "-p",
+        "hicache-example-kvdir",
+        "--features",
+        "cli",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    step(
+        "cargo clippy -p hicache-example-kvdir --features cli",
+        vendor_lint,
+    )?;
+    let mut vendor = cargo();
+    vendor.args([
+        "test",
+        "-p",
+        "hicache-example-kvdir",
+        "--features",
+        "cli",
+        "--test",
+        "cli",
+    ]);
+    let t = counted_step(
+        "cargo test -p hicache-example-kvdir --features cli --test cli (a vendor's hicache command)",
+        vendor,
+    )?;
+    totals.passed += t.passed;
+    totals.failed += t.failed;
+    totals.ignored += t.ignored;
+
     let mut sdk_lint = cargo();
     sdk_lint.args([
         "clippy",
