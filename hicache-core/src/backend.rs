@@ -6,9 +6,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Serialize;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::key::ObjectKey;
-use crate::memory::{MemKind, MemoryRegion, RegionId, Slice};
+use crate::memory::{MemKind, MemoryRegion, RegionId, RegionTable, Slice};
 
 /// Whether a backend stores files (addressed by path, routed over storage dirs) or objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -328,9 +328,43 @@ pub trait StorageBackend: Send + Sync + fmt::Debug + 'static {
 /// A shared, type-erased backend.
 pub type DynBackend = Arc<dyn StorageBackend>;
 
+/// The registration helpers of [`RegionTable`] that read a [`Capability`] (here, so the
+/// memory module does not depend on this one).
+impl RegionTable {
+    /// The whole `register` of a plugin whose registration is bookkeeping only: refuses a
+    /// memory kind `capability` does not accept ([`Error::Unsupported`] naming the kind and
+    /// the kinds accepted), else adds the region and returns its id.
+    pub fn register(&self, region: MemoryRegion, capability: &Capability) -> Result<RegionId> {
+        if !capability.accepts(region.kind()) {
+            let accepted = match (capability.host_memory, capability.device_memory) {
+                (true, true) => "host and device",
+                (true, false) => "host",
+                (false, true) => "device",
+                (false, false) => "no",
+            };
+            return Err(Error::Unsupported {
+                component: self.backend_name().to_string().into(),
+                operation: format!(
+                    "registering {} memory ({} moves {accepted} memory)",
+                    region.kind(),
+                    self.backend_name()
+                ),
+            });
+        }
+        Ok(self.insert(region))
+    }
+
+    /// The whole `deregister` of such a plugin: [`remove`](Self::remove), result dropped.
+    pub fn deregister(&self, id: RegionId) -> Result<()> {
+        self.remove(id).map(drop)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Capability;
+    use crate::error::Error;
+    use crate::memory::{AlignedBuf, MemKind, MemoryRegion, RegionTable};
 
     #[test]
     fn the_default_capability_is_valid_and_every_problem_names_its_field() {
@@ -364,5 +398,28 @@ mod tests {
         assert!(gpu.problems()[0].starts_with("gpu_direct is set without device_memory"));
         gpu.device_memory = true;
         assert!(gpu.problems().is_empty());
+    }
+
+    #[test]
+    fn register_checks_the_kind_against_the_capability() {
+        let table = RegionTable::new("ACME");
+        let host = MemoryRegion::from_aligned(AlignedBuf::zeroed(4096, 4096).unwrap());
+        let cap = Capability::default();
+        let id = table.register(host, &cap).unwrap();
+        let fake = std::ptr::NonNull::<u8>::dangling().as_ptr();
+        // SAFETY: the address is never dereferenced: registration is refused before any use.
+        let device = unsafe { MemoryRegion::from_raw(fake, 4096, MemKind::Device { device: 0 }) };
+        let e = table.register(device, &cap).unwrap_err();
+        assert!(
+            matches!(&e, Error::Unsupported { operation, .. }
+                if operation == "registering device:0 memory (ACME moves host memory)"),
+            "{e:?}"
+        );
+        assert_eq!(table.len(), 1);
+        table.deregister(id).unwrap();
+        assert!(matches!(
+            table.deregister(id),
+            Err(Error::UnregisteredRegion { .. })
+        ));
     }
 }

@@ -90,3 +90,171 @@ pub mod transfer_modes {}
 /// over raw and enveloped pages and zero-copy and bounce pools; a deregistration racing I/O;
 /// and a dropped read watched for late writes.
 pub mod memory_contract {}
+
+/// # Writing a plugin
+///
+/// A plugin is a [`StorageBackend`](crate::raw::StorageBackend) and the
+/// [`PluginDescriptor`](crate::raw::PluginDescriptor) that selection knows it by. Everything
+/// it needs is in [`raw`](crate::raw); engines never see it.
+///
+/// ## A static plugin in three steps
+///
+/// 1. **Implement the backend.** Keep registrations in a
+///    [`RegionTable`](crate::raw::RegionTable): its `register`/`deregister` are the whole
+///    methods for a plugin whose registration is bookkeeping, and its pins are how a
+///    backend reaches memory without `unsafe`. Start from
+///    [`Capability::default()`](crate::raw::Capability) (valid as it is) and set what the
+///    backend does. Describe it with a descriptor whose probe proves it can work here.
+/// 2. **Name the descriptor where the registry is built**:
+///    `PluginRegistry::new(&[&acme::DESCRIPTOR])`, `hicache::registry_with(&config,
+///    &[&acme::DESCRIPTOR])` or `hicache_cli::Commands::new().plugin(&acme::DESCRIPTOR)`.
+///    This is the linking rule: the linker drops a library nothing references, and
+///    [`register_plugin!`](crate::register_plugin) with it, so a plugin crate that is only
+///    listed in `Cargo.toml` is not in the program at all. Naming it is the registration
+///    that cannot be lost.
+/// 3. **Run the conformance suite** (`hicache-testkit`): a `[[test]]` with
+///    `harness = false` holding
+///    `hicache_testkit::conformance_suite!("ACME", |env| acme::open(env.dir()));`.
+///
+/// The whole of it, small enough to read at once (an in-memory store; a real one keeps
+/// files or objects):
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+///
+/// use hicache_core::raw::*;
+/// use hicache_core::{ConfigLoader, MissReason, PluginRegistry, ReadOutcome, Result};
+///
+/// #[derive(Debug)]
+/// struct Acme {
+///     regions: RegionTable,
+///     objects: Mutex<HashMap<String, Vec<u8>>>,
+/// }
+///
+/// fn capability() -> Capability {
+///     let mut c = Capability::default();
+///     c.max_segments = 64;
+///     c.atomic_publish = true; // a map insert is all or nothing
+///     c
+/// }
+///
+/// #[async_trait::async_trait]
+/// impl StorageBackend for Acme {
+///     fn info(&self) -> BackendInfo {
+///         BackendInfo {
+///             name: "ACME".into(),
+///             version: "1.0".into(),
+///             kind: BackendKind::File,
+///             capability: capability(),
+///             location: "memory".into(),
+///         }
+///     }
+///     fn register(&self, region: MemoryRegion) -> Result<RegionId> {
+///         self.regions.register(region, &capability())
+///     }
+///     fn deregister(&self, id: RegionId) -> Result<()> {
+///         self.regions.deregister(id)
+///     }
+///     async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {
+///         batch
+///             .iter()
+///             .map(|item| {
+///                 capability().check_segments(item.key, item.segments.len())?;
+///                 let bytes = self.regions.gather(item.segments)?;
+///                 self.objects.lock().unwrap().insert(item.key.as_str().into(), bytes);
+///                 Ok(())
+///             })
+///             .collect()
+///     }
+///     async fn read(&self, batch: &[ReadItem<'_>]) -> Vec<Result<ReadOutcome>> {
+///         batch
+///             .iter()
+///             .map(|item| {
+///                 // Slices are checked before the object is looked up.
+///                 capability().check_segments(item.key, item.segments.len())?;
+///                 for s in item.segments {
+///                     drop(self.regions.target(s)?);
+///                 }
+///                 let objects = self.objects.lock().unwrap();
+///                 let Some(bytes) = objects.get(item.key.as_str()) else {
+///                     return Ok(ReadOutcome::Miss(MissReason::NotFound));
+///                 };
+///                 if bytes.len() as u64 != item.len() {
+///                     let found = bytes.len() as u64;
+///                     let expected = item.len();
+///                     return Ok(ReadOutcome::Miss(MissReason::SizeMismatch { expected, found }));
+///                 }
+///                 self.regions.scatter(item.segments, bytes)?;
+///                 Ok(ReadOutcome::Hit)
+///             })
+///             .collect()
+///     }
+///     async fn exists(&self, keys: &[ObjectKey]) -> Vec<Result<bool>> {
+///         let objects = self.objects.lock().unwrap();
+///         keys.iter().map(|k| Ok(objects.contains_key(k.as_str()))).collect()
+///     }
+///     async fn remove(&self, keys: &[ObjectKey]) -> Vec<Result<()>> {
+///         let mut objects = self.objects.lock().unwrap();
+///         keys.iter().map(|k| { objects.remove(k.as_str()); Ok(()) }).collect()
+///     }
+///     async fn usage(&self) -> Result<Usage> {
+///         Ok(Usage::default()) // nothing known: the suite's usage case is skipped
+///     }
+/// }
+///
+/// fn probe(_: &PluginContext<'_>) -> Probe {
+///     Probe::usable("memory is always there")
+/// }
+/// fn build(_: &PluginContext<'_>) -> Result<DynBackend> {
+///     Ok(Arc::new(Acme {
+///         regions: RegionTable::new("ACME"),
+///         objects: Mutex::default(),
+///     }))
+/// }
+///
+/// pub static DESCRIPTOR: PluginDescriptor =
+///     PluginDescriptor::new("ACME", BackendKind::File, "ACME's store", probe, build)
+///         .with_priority(50); // a third party: below the built-in plugins (100..=400)
+///
+/// // Step 2: named where the registry is built. `auto` tries it by its priority.
+/// let registry = PluginRegistry::new(&[&DESCRIPTOR]).unwrap();
+/// let config = ConfigLoader::new().set("plugin", "acme").load().unwrap();
+/// let (backend, selection) = registry.open(&config).unwrap();
+/// assert_eq!(selection.plugin.name, "ACME");
+/// assert!(backend.info().capability.problems().is_empty());
+/// ```
+///
+/// ## A dynamic plugin in three steps
+///
+/// 1. Write the backend as above, then export it from a `cdylib` crate with
+///    `hicache_abi::export_plugin!(DESCRIPTOR)`; or, in C, define `hicache_plugin_v1` from
+///    `hicache-abi/include/hicache_plugin.h`.
+/// 2. Build the shared library.
+/// 3. Put it in a dir named by `plugin_dirs` (or `HICACHE_PLUGIN_DIR`). It joins selection
+///    like a built-in plugin; `hicache plugins` shows the file it came from, or why it was
+///    not loaded. The host checks every slice and every completion, so a C plugin gets the
+///    memory contract without writing it.
+///
+/// ## What each method must guarantee
+///
+/// The `# Behavior` section of [`StorageBackend`](crate::raw::StorageBackend) is the
+/// contract, and the suite checks each line of it: one result per item in order, misses
+/// kept apart from errors, slices checked before any I/O (also for a key that does not
+/// exist), atomic publish when claimed, memory untouched once a dropped call's drop has
+/// returned.
+///
+/// ## Reading the suite
+///
+/// Each case is one trial, `conformance::<case>` (or `conformance::<variant>::<case>`).
+/// A case that does not apply says why instead of passing: `ignored (the backend does not
+/// use direct I/O, so any alignment is valid)`, `ignored (the plugin reports no usage
+/// figures)`. A skip is a statement about the plugin, to be read, not a failure to fix.
+///
+/// ## Priority
+///
+/// Within a kind, higher is tried first by `auto`: 3FS 400, POSIX 300, GDS_MT 200, GDS 100,
+/// OBJ 100 ([`priority`](crate::raw::priority)). A third-party plugin declares less than 100,
+/// so it is chosen by `auto` only when nothing built in is usable, and otherwise when the
+/// config names it; above that only when users should prefer it wherever it works.
+pub mod plugin_guide {}

@@ -562,36 +562,9 @@ impl RegionTable {
         id
     }
 
-    /// The whole `register` of a plugin whose registration is bookkeeping only: refuses a
-    /// memory kind `capability` does not accept ([`Error::Unsupported`] naming the kind and
-    /// the kinds accepted), else adds the region and returns its id.
-    pub fn register(
-        &self,
-        region: MemoryRegion,
-        capability: &crate::backend::Capability,
-    ) -> Result<RegionId> {
-        if !capability.accepts(region.kind()) {
-            let accepted = match (capability.host_memory, capability.device_memory) {
-                (true, true) => "host and device",
-                (true, false) => "host",
-                (false, true) => "device",
-                (false, false) => "no",
-            };
-            return Err(Error::Unsupported {
-                component: self.backend.clone().into(),
-                operation: format!(
-                    "registering {} memory ({} moves {accepted} memory)",
-                    region.kind(),
-                    self.backend
-                ),
-            });
-        }
-        Ok(self.insert(region))
-    }
-
-    /// The whole `deregister` of such a plugin: [`remove`](Self::remove), result dropped.
-    pub fn deregister(&self, id: RegionId) -> Result<()> {
-        self.remove(id).map(drop)
+    /// The plugin name its errors are reported under.
+    pub(crate) fn backend_name(&self) -> &str {
+        &self.backend
     }
 
     /// Removes a region. An unknown id is [`Error::UnregisteredRegion`]; a region that
