@@ -217,6 +217,12 @@ fn plugins_step(
         }
     };
     step.details.push(selection.summary());
+    for w in &selection.warnings {
+        step.warn(
+            w.clone(),
+            "register the plugin, or remove its section from the config",
+        );
+    }
     (step, probed, Some((registry, selection)))
 }
 

@@ -111,7 +111,10 @@ pub mod memory_contract {}
 ///    This is the linking rule: the linker drops a library nothing references, and
 ///    [`register_plugin!`](crate::register_plugin) with it, so a plugin crate that is only
 ///    listed in `Cargo.toml` is not in the program at all. Naming it is the registration
-///    that cannot be lost.
+///    that cannot be lost. When a config asks for a plugin the program lacks (`plugin =
+///    "acme"`, or a `[plugin.acme]` section), selection says so with this fix: an error for
+///    the former, a warning (logged by `open`, shown by `hicache plugins` and `doctor`) for
+///    the latter.
 /// 3. **Run the conformance suite** (`hicache-testkit`): a `[[test]]` with
 ///    `harness = false` holding
 ///    `hicache_testkit::conformance_suite!("ACME", |env| acme::open(env.dir()));`.

@@ -174,7 +174,7 @@ pub enum Error {
     },
 
     /// The requested plugin name is not registered in this build.
-    #[error("unknown plugin `{name}`; registered plugins: [{}]{}{}", .available.join(", "), suggestion_suffix(.suggestion), feature_suffix(.feature))]
+    #[error("unknown plugin `{name}`; registered plugins: [{}]{}{}", .available.join(", "), suggestion_suffix(.suggestion), missing_suffix(.feature, .suggestion))]
     UnknownPlugin {
         /// The name asked for.
         name: String,
@@ -474,14 +474,16 @@ const PLUGIN_FEATURES: &[(&str, &str)] = &[
     ("3FS", "3fs"),
 ];
 
-fn feature_suffix(feature: &Option<&'static str>) -> String {
-    feature
-        .map(|f| {
-            format!(
-                "; it is not compiled into this build: enable the `{f}` feature of the `hicache` crate (or `hicache-cli`)"
-            )
-        })
-        .unwrap_or_default()
+/// Why a plugin may be missing: one of hicache's own without its feature, or (no close
+/// name either) a third party's that was never registered.
+fn missing_suffix(feature: &Option<&'static str>, suggestion: &Option<String>) -> String {
+    match (feature, suggestion) {
+        (Some(f), _) => format!(
+            "; it is not compiled into this build: enable the `{f}` feature of the `hicache` crate (or `hicache-cli`)"
+        ),
+        (None, None) => "; a plugin crate that is only a dependency is dropped by the linker: name its DESCRIPTOR where the registry is built (`hicache::registry_with`, `hicache_cli::Commands::plugin`), or put its shared library in a dir of `plugin_dirs`".into(),
+        (None, Some(_)) => String::new(),
+    }
 }
 
 fn format_tried(tried: &[(String, String)]) -> String {

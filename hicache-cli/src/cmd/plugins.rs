@@ -65,6 +65,7 @@ pub(crate) fn plugins(
             "requested": config.plugin.value.to_string(),
             "usable": usable,
             "not_loaded": registry.rejected(),
+            "warnings": registry.unregistered_sections(config),
         });
         if json.emit(&out)? {
             return Ok(code);
@@ -75,6 +76,7 @@ pub(crate) fn plugins(
             "no plugin is compiled into this build or loaded from a plugin dir (enable a feature of the `hicache` crate, or set `plugin_dirs`)"
         );
         print_rejected(registry.rejected());
+        print_warnings(&registry.unregistered_sections(config));
         return Ok(code);
     }
     println!(
@@ -109,6 +111,7 @@ pub(crate) fn plugins(
         }
     }
     print_rejected(registry.rejected());
+    print_warnings(&registry.unregistered_sections(config));
     match (&requested, &auto_choice) {
         (Some(name), _) if usable => {
             println!("\nrequested plugin: {name} (from {})", config.plugin.source)
@@ -121,6 +124,13 @@ pub(crate) fn plugins(
         (None, None) => println!("\n`auto` finds no usable plugin here"),
     }
     Ok(code)
+}
+
+/// Config sections for plugins this program does not have.
+fn print_warnings(warnings: &[String]) {
+    for w in warnings {
+        println!("\nwarning: {w}");
+    }
 }
 
 /// The plugin files that were not loaded, each with why.

@@ -287,3 +287,29 @@ fn bench_reports_allocations_per_page_and_peak_memory() {
     let rss = report["peak_rss_bytes"].as_u64().unwrap();
     assert!(pool > 0 && rss >= pool, "pool {pool}, peak RSS {rss}");
 }
+
+/// A config section for a plugin this program lacks is reported by `plugins` (the linking
+/// trap: a plugin crate that is only a dependency), and `auto` still works.
+#[test]
+fn plugins_warns_about_a_section_for_a_plugin_not_registered() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        "[plugin.acme]\ndepth = 4\n[plugin.posix]\nactive = true\n",
+    )
+    .unwrap();
+    let out = json_output(
+        hicache()
+            .args(["plugins", "--json", "--dir"])
+            .arg(dir.path())
+            .env("HICACHE_CONFIG", &config),
+    );
+    let warnings = out["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{out}");
+    let w = warnings[0].as_str().unwrap();
+    assert!(
+        w.contains("[plugin.acme]") && w.contains("dropped by the linker"),
+        "{w}"
+    );
+}

@@ -64,6 +64,9 @@ pub struct Selection {
     pub requested: PluginChoice,
     /// Every plugin considered, in the order tried.
     pub considered: Vec<Considered>,
+    /// Config sections that name no plugin of this registry (see
+    /// [`PluginRegistry::unregistered_sections`]); `open` logs them.
+    pub warnings: Vec<String>,
 }
 
 impl Selection {
@@ -236,6 +239,7 @@ impl PluginRegistry {
                     findings: seen.findings.clone(),
                     requested,
                     considered: vec![seen],
+                    warnings: self.unregistered_sections(config),
                 })
             }
             PluginChoice::Auto => {
@@ -282,9 +286,29 @@ impl PluginRegistry {
                     findings: seen[at].findings.clone(),
                     requested,
                     considered: seen,
+                    warnings: self.unregistered_sections(config),
                 })
             }
         }
+    }
+
+    /// One warning per `[plugin.<name>]` section of `config` that names no plugin of this
+    /// registry: the config means a plugin the program does not have. The usual cause is a
+    /// plugin crate that is a dependency but never named (the linker drops it, and its
+    /// registration with it), or a plugin library missing from `plugin_dirs`.
+    pub fn unregistered_sections(&self, config: &Config) -> Vec<String> {
+        config
+            .plugin_sections
+            .iter()
+            .filter(|(name, _)| self.get(name).is_none())
+            .map(|(name, _)| {
+                format!(
+                    "the config has a [plugin.{}] section, but no plugin {name} is registered (registered: {}); a plugin crate that is only a dependency is dropped by the linker: name its DESCRIPTOR where the registry is built (`hicache::registry_with`, `hicache_cli::Commands::plugin`), or put its shared library in a dir of `plugin_dirs`",
+                    name.to_ascii_lowercase(),
+                    self.plugins.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+                )
+            })
+            .collect()
     }
 
     /// A plugin key that no plugin of this registry takes is a typo (or belongs to a plugin
@@ -309,6 +333,9 @@ impl PluginRegistry {
             let selection = self.select_excluding(config, &failed)?;
             match self.build(config, &selection) {
                 Ok(backend) => {
+                    for w in &selection.warnings {
+                        tracing::warn!("{w}");
+                    }
                     tracing::info!("{}", selection.summary());
                     return Ok((backend, selection));
                 }

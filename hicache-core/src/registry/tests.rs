@@ -379,3 +379,27 @@ fn the_probe_runs_once_and_its_build_gets_the_findings() {
         .unwrap();
     assert!(e.to_string().contains("findings: None"), "{e}");
 }
+
+#[test]
+fn a_section_for_a_plugin_the_registry_lacks_is_a_warning_with_the_fix() {
+    let r = registry(&[&POSIX]);
+    let cfg = ConfigLoader::new()
+        .set("plugin.acme.depth", 4)
+        .set("plugin.posix.use_uring", true)
+        .load()
+        .unwrap();
+    let warnings = r.unregistered_sections(&cfg);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("[plugin.acme]") && warnings[0].contains("registered: POSIX"));
+    let s = r.select(&cfg).unwrap();
+    assert_eq!(s.warnings, warnings);
+    // A third-party name that is not registered: the error says how plugins get registered.
+    let e = Error::unknown_plugin("ACME", ["POSIX"]).to_string();
+    assert!(
+        e.contains("dropped by the linker") && e.contains("plugin_dirs"),
+        "{e}"
+    );
+    // One of hicache's own: the feature is the fix.
+    let e = Error::unknown_plugin("OBJ", ["POSIX"]).to_string();
+    assert!(e.contains("`obj` feature") && !e.contains("linker"), "{e}");
+}
