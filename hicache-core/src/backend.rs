@@ -277,6 +277,68 @@ pub struct Usage {
     pub available_bytes: Option<u64>,
 }
 
+/// One stored object, as a listing sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Listed {
+    /// Its name.
+    pub key: ObjectKey,
+    /// Its length in bytes.
+    pub size: u64,
+    /// When it was last written, when the storage knows.
+    pub modified: Option<std::time::SystemTime>,
+}
+
+impl Listed {
+    /// An object of `size` bytes, last written at `modified`.
+    pub fn new(key: ObjectKey, size: u64, modified: Option<std::time::SystemTime>) -> Self {
+        Listed {
+            key,
+            size,
+            modified,
+        }
+    }
+}
+
+/// Where a listing goes on: opaque text made by the backend that listed the page before.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListCursor(pub String);
+
+/// One page of a listing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListPage {
+    /// Objects of this page, in the backend's order.
+    pub objects: Vec<Listed>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<ListCursor>,
+}
+
+/// Every object under `prefix`, page by page (`page` objects a call): for tools that walk a
+/// whole store (scrub, usage, a cleaner). Stops at the first error.
+pub async fn list_all(
+    backend: &dyn StorageBackend,
+    prefix: &str,
+    page: usize,
+) -> Result<Vec<Listed>> {
+    let mut out = Vec::new();
+    let mut cursor: Option<ListCursor> = None;
+    loop {
+        let p = backend.list(prefix, cursor.as_ref(), page.max(1)).await?;
+        out.extend(p.objects);
+        match p.next {
+            Some(next) if Some(&next) != cursor.as_ref() => cursor = Some(next),
+            Some(_) => {
+                return Err(Error::PluginContract {
+                    plugin: backend.info().name,
+                    detail: "list returned the cursor it was given: the listing would never end"
+                        .into(),
+                });
+            }
+            None => return Ok(out),
+        }
+    }
+}
+
 /// A batch-oriented storage engine: the one trait every plugin implements.
 ///
 /// See the [`crate::docs::backend_design`] note for how io_uring, object stores, cuFile,
@@ -298,6 +360,10 @@ pub struct Usage {
 ///   from the kernel.
 /// - `exists` creates nothing; `remove` of a missing key is `Ok(())`.
 /// - An empty batch returns an empty vector and does no I/O.
+/// - `list` pages through complete objects whose names start with a prefix: across the
+///   pages of one listing, every object that exists throughout it appears exactly once,
+///   with its size; temporary and incomplete objects never appear. A backend that cannot
+///   list keeps the default, which is [`Error::Unsupported`](crate::Error::Unsupported).
 #[async_trait]
 pub trait StorageBackend: Send + Sync + fmt::Debug + 'static {
     /// Name, version, kind, capability, location.
@@ -323,6 +389,21 @@ pub trait StorageBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Capacity figures.
     async fn usage(&self) -> Result<Usage>;
+
+    /// Up to `limit` (at least 1) objects whose names start with `prefix`, continuing after
+    /// `cursor` (the previous page's `next`; `None` starts the listing).
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        let _ = (prefix, cursor, limit);
+        Err(Error::Unsupported {
+            component: self.info().name.into(),
+            operation: "listing objects".into(),
+        })
+    }
 }
 
 /// A shared, type-erased backend.

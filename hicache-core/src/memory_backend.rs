@@ -9,8 +9,8 @@ use std::sync::{Arc, RwLock};
 use async_trait::async_trait;
 
 use crate::backend::{
-    BackendInfo, BackendKind, Capability, MissReason, ReadItem, ReadOutcome, StorageBackend, Usage,
-    WriteItem,
+    BackendInfo, BackendKind, Capability, ListCursor, ListPage, Listed, MissReason, ReadItem,
+    ReadOutcome, StorageBackend, Usage, WriteItem,
 };
 use crate::error::Result;
 use crate::key::ObjectKey;
@@ -172,6 +172,40 @@ impl StorageBackend for MemoryBackend {
 
     fn deregister(&self, id: RegionId) -> Result<()> {
         self.regions.deregister(id)
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        // Names in order; the cursor is the last name listed.
+        let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<&String> = objects
+            .keys()
+            .filter(|n| n.starts_with(prefix))
+            .filter(|n| cursor.is_none_or(|c| n.as_str() > c.0.as_str()))
+            .collect();
+        names.sort();
+        let limit = limit.max(1);
+        let more = names.len() > limit;
+        names.truncate(limit);
+        let mut page = ListPage::default();
+        for n in names {
+            page.objects.push(Listed::new(
+                ObjectKey::new(n)?,
+                objects[n].len() as u64,
+                None,
+            ));
+        }
+        if more {
+            page.next = page
+                .objects
+                .last()
+                .map(|l| ListCursor(l.key.as_str().to_string()));
+        }
+        Ok(page)
     }
 
     async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use futures::StreamExt;
 use hicache_core::raw::{
-    BackendInfo, BackendKind, Capability, HostBytes, ObjectKey, ReadItem, RegionId, RegionTable,
-    Slice, StorageBackend, TargetSlice, Usage, WriteItem,
+    BackendInfo, BackendKind, Capability, HostBytes, ListCursor, ListPage, Listed, ObjectKey,
+    ReadItem, RegionId, RegionTable, Slice, StorageBackend, TargetSlice, Usage, WriteItem,
 };
 use hicache_core::{Error, MemoryRegion, ReadOutcome, Result};
 use object_store::aws::{AmazonS3Builder, S3ConditionalPut};
@@ -364,6 +364,64 @@ impl StorageBackend for ObjBackend {
             .buffered(self.client.cfg.max_concurrency)
             .collect()
             .await
+    }
+
+    /// Lists through the object_store client whichever client moves pages (both reach the
+    /// same bucket). S3 and the memory store list in key order, so a page stops at `limit`;
+    /// a local dir lists in no order, so everything after the cursor is read and sorted.
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        let limit = limit.max(1);
+        let key_prefix = &self.client.cfg.key_prefix;
+        let base = (!key_prefix.is_empty()).then(|| Path::from(key_prefix.as_str()));
+        let depth = base.as_ref().map_or(0, |b| b.parts().count()) + 1;
+        let sorted = !matches!(self.client.cfg.target, Target::Local(_));
+        let after = cursor.map(|c| Path::from(c.0.as_str()));
+        let mut stream = match &after {
+            Some(offset) => self.client.store.list_with_offset(base.as_ref(), offset),
+            None => self.client.store.list(base.as_ref()),
+        };
+        let mut found: Vec<(Path, Listed)> = Vec::new();
+        while let Some(meta) = stream.next().await {
+            let meta = meta.map_err(|e| crate::errors::store_error("list", &"objects", e))?;
+            // Objects of this plugin sit directly under the key prefix, named by their key.
+            if meta.location.parts().count() != depth {
+                continue;
+            }
+            let Some(name) = meta.location.filename() else {
+                continue;
+            };
+            if !name.starts_with(prefix) {
+                continue;
+            }
+            let Ok(key) = ObjectKey::new(name) else {
+                continue;
+            };
+            let modified = std::time::SystemTime::from(meta.last_modified);
+            found.push((
+                meta.location.clone(),
+                Listed::new(key, meta.size, Some(modified)),
+            ));
+            if sorted && found.len() > limit {
+                break;
+            }
+        }
+        found.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+        let more = found.len() > limit;
+        found.truncate(limit);
+        let next = if more {
+            found.last().map(|(p, _)| ListCursor(p.to_string()))
+        } else {
+            None
+        };
+        Ok(ListPage {
+            objects: found.into_iter().map(|(_, l)| l).collect(),
+            next,
+        })
     }
 
     async fn usage(&self) -> Result<Usage> {

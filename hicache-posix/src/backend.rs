@@ -7,8 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use hicache_core::raw::routing::{self, bucket_name};
 use hicache_core::raw::{
-    BackendInfo, BackendKind, Capability, ObjectKey, ReadItem, RegionId, RegionTable, Slice,
-    StorageBackend, Usage, WriteItem,
+    BackendInfo, BackendKind, Capability, ListCursor, ListPage, ObjectKey, ReadItem, RegionId,
+    RegionTable, Slice, StorageBackend, Usage, WriteItem,
 };
 use hicache_core::{Error, MemKind, MemoryRegion, ReadOutcome, Result};
 
@@ -582,6 +582,17 @@ impl StorageBackend for PosixBackend {
             Outcome::Done => Some(()),
             _ => None,
         })
+    }
+
+    /// Walks the bucket dirs on the calling thread (a tool's operation, not a hot path:
+    /// one page reads at most the bucket dirs up to its last object).
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        crate::listing::list(&self.roots, prefix, cursor, limit)
     }
 
     async fn usage(&self) -> Result<Usage> {

@@ -9,6 +9,7 @@ mod fsinfo;
 mod inspect;
 mod io;
 mod known;
+mod listing;
 mod name;
 mod plan;
 mod probe;

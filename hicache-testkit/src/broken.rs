@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hicache_core::raw::{
-    BackendInfo, ObjectKey, ReadItem, RegionId, RegionTable, Slice, StorageBackend, TargetSlice,
-    Usage, WriteItem,
+    BackendInfo, ListCursor, ListPage, Listed, ObjectKey, ReadItem, RegionId, RegionTable, Slice,
+    StorageBackend, TargetSlice, Usage, WriteItem,
 };
 use hicache_core::{Error, MemKind, MemoryBackend, MemoryRegion, MissReason, ReadOutcome, Result};
 
@@ -84,6 +84,10 @@ pub enum Bug {
     ForgetsOnReopen,
     /// `usage` reports 0 bytes used, whatever is stored.
     UsageLies,
+    /// `list` returns its first page as the last one.
+    ListEndsAfterFirstPage,
+    /// `list` still returns objects that were removed (a stale index).
+    ListsRemovedObjects,
     /// A read dropped while pending keeps writing its target memory afterwards.
     WritesAfterDrop,
     /// A write dropped while pending still publishes, later, over newer writes.
@@ -119,6 +123,8 @@ impl Bug {
         Bug::DropsNameSuffix,
         Bug::ForgetsOnReopen,
         Bug::UsageLies,
+        Bug::ListEndsAfterFirstPage,
+        Bug::ListsRemovedObjects,
         Bug::WritesAfterDrop,
         Bug::PublishesAfterDrop,
     ];
@@ -136,6 +142,8 @@ pub struct BrokenBackend {
     cache: Mutex<HashMap<String, Vec<u8>>>,
     /// [`Bug::CrossTalk`]: the bytes of the last write batch, by position.
     last_batch: Mutex<Vec<Vec<u8>>>,
+    /// [`Bug::ListsRemovedObjects`]: what was removed.
+    removed: Mutex<Vec<ObjectKey>>,
 }
 
 impl BrokenBackend {
@@ -148,6 +156,7 @@ impl BrokenBackend {
             bug,
             cache: Mutex::default(),
             last_batch: Mutex::default(),
+            removed: Mutex::default(),
         }
     }
 
@@ -500,7 +509,35 @@ impl StorageBackend for BrokenBackend {
             }
             _ => self.inner.remove(&names).await,
         };
+        if self.bug == Bug::ListsRemovedObjects {
+            self.removed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(names.iter().cloned());
+        }
         self.bend(results)
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        let mut page = self.inner.list(prefix, cursor, limit).await?;
+        if self.bug == Bug::ListEndsAfterFirstPage {
+            page.next = None;
+        }
+        if self.bug == Bug::ListsRemovedObjects {
+            let removed = self.removed.lock().unwrap_or_else(|e| e.into_inner());
+            page.objects.extend(
+                removed
+                    .iter()
+                    .filter(|k| k.as_str().starts_with(prefix))
+                    .map(|k| Listed::new(k.clone(), 1, None)),
+            );
+        }
+        Ok(page)
     }
 
     async fn usage(&self) -> Result<Usage> {

@@ -16,8 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hicache_core::raw::{
-    BackendInfo, BackendKind, Capability, DynBackend, MemoryRegion, ObjectKey, PluginContext,
-    PluginDescriptor, Probe, ReadItem, RegionId, RegionTable, StorageBackend, Usage, WriteItem,
+    BackendInfo, BackendKind, Capability, DynBackend, ListCursor, ListPage, Listed, MemoryRegion,
+    ObjectKey, PluginContext, PluginDescriptor, Probe, ReadItem, RegionId, RegionTable,
+    StorageBackend, Usage, WriteItem,
 };
 use hicache_core::{Error, MissReason, ReadOutcome, Result};
 
@@ -263,6 +264,55 @@ impl StorageBackend for Kvdir {
                 }
             })
             .collect()
+    }
+
+    /// Every bucket is read and sorted for each page (simple, not fast): the cursor is the
+    /// last object's `<root>/<bucket>/<key>`.
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        let mut found = Vec::new();
+        for (r, root) in self.roots.iter().enumerate() {
+            for b in 0..BUCKETS {
+                let dir = root.join(format!("{b:02x}"));
+                let entries = match fs::read_dir(&dir) {
+                    Ok(entries) => entries,
+                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                    Err(e) => return Err(Error::io(NAME, "readdir", Some(dir), e)),
+                };
+                for entry in entries {
+                    let entry =
+                        entry.map_err(|e| Error::io(NAME, "readdir", Some(dir.clone()), e))?;
+                    let name = entry.file_name();
+                    let Some(name) = name.to_str() else { continue };
+                    // Temporary files start with '.', which no key does.
+                    let Ok(key) = ObjectKey::new(name) else {
+                        continue;
+                    };
+                    if !name.starts_with(prefix) {
+                        continue;
+                    }
+                    let Ok(meta) = entry.metadata() else { continue };
+                    if meta.is_file() {
+                        let at = format!("{r}/{b:02x}/{name}");
+                        found.push((at, Listed::new(key, meta.len(), meta.modified().ok())));
+                    }
+                }
+            }
+        }
+        found.sort_by(|x, y| x.0.cmp(&y.0));
+        found.retain(|(at, _)| cursor.is_none_or(|c| *at > c.0));
+        let more = found.len() > limit.max(1);
+        found.truncate(limit.max(1));
+        let next =
+            more.then(|| ListCursor(found.last().map(|(at, _)| at.clone()).unwrap_or_default()));
+        Ok(ListPage {
+            objects: found.into_iter().map(|(_, l)| l).collect(),
+            next,
+        })
     }
 
     async fn usage(&self) -> Result<Usage> {

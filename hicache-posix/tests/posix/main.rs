@@ -10,6 +10,7 @@ use hicache_core::{
 use hicache_posix::{EngineChoice, PosixBackend, PosixConfig};
 
 mod integrity;
+mod listing;
 mod plugin;
 mod safety;
 mod transfers;

@@ -51,6 +51,7 @@ pub const ALL: &[Case] = cases![
     backend::backend_concurrent_writers_same_key => catches(&[NonAtomicPublish]),
     backend::backend_concurrent_disjoint_batches => catches(&[StaleReadCache, FirstWriteWins]),
     backend::backend_usage => catches(&[UsageLies]),
+    backend::backend_list_pages_through_every_object => catches(&[ListEndsAfterFirstPage, ListsRemovedObjects]),
     backend::backend_device_memory_rejected => catches(&[AcceptsDeviceMemory]),
     backend::backend_persists_across_instances => catches(&[ForgetsOnReopen]),
     backend::backend_unusual_but_valid_names => catches(&[OneObjectForAllNames, TruncatesLongNames]),

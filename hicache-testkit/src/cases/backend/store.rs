@@ -44,6 +44,54 @@ pub async fn backend_usage(env: &TrialEnv) -> CaseResult {
     Ok(())
 }
 
+/// `list` pages through exactly the objects under a prefix, each once with its size, and
+/// forgets removed ones. A plugin that cannot list (the trait's default) is skipped.
+pub async fn backend_list_pages_through_every_object(env: &TrialEnv) -> CaseResult {
+    use hicache_core::Error;
+    use hicache_core::raw::list_all;
+    let b = env.backend()?;
+    let n = block(env);
+    match b.list(env.namespace(), None, 1).await {
+        Err(Error::Unsupported { .. }) => return skip("the plugin does not list objects"),
+        other => drop(other?),
+    }
+    let buf = buffer(&b, 3 * n)?;
+    buf.fill(0, &pattern(3 * n as usize, 7))?;
+    let mut want = std::collections::BTreeMap::new();
+    for i in 0..7u64 {
+        let k = key(env, &format!("list-a-{i}"));
+        let len = n * (1 + i % 3);
+        put(&b, &k, &[buf.slice(0, len)]).await?;
+        want.insert(k.as_str().to_string(), len);
+    }
+    for i in 0..2u64 {
+        put(&b, &key(env, &format!("list-b-{i}")), &[buf.slice(0, n)]).await?;
+    }
+    let prefix = key(env, "list-a-");
+    let listed = list_all(b.as_ref(), prefix.as_str(), 3).await?;
+    let mut got = std::collections::BTreeMap::new();
+    for l in &listed {
+        ensure!(
+            got.insert(l.key.as_str().to_string(), l.size).is_none(),
+            "{} listed twice",
+            l.key
+        );
+    }
+    ensure_eq!(got, want, "a listing of 7 objects in pages of 3");
+    let other = list_all(b.as_ref(), key(env, "list-b-").as_str(), 100).await?;
+    ensure_eq!(other.len(), 2, "objects under the other prefix");
+    let gone = key(env, "list-a-3");
+    let r = b.remove(std::slice::from_ref(&gone)).await;
+    ensure!(r.iter().all(|r| r.is_ok()), "{r:?}");
+    let after = list_all(b.as_ref(), prefix.as_str(), 3).await?;
+    ensure_eq!(after.len(), 6, "objects listed after one was removed");
+    ensure!(
+        after.iter().all(|l| l.key != gone),
+        "a removed object is still listed"
+    );
+    Ok(())
+}
+
 /// Device memory is refused by a plugin that cannot move it, with a typed error.
 pub async fn backend_device_memory_rejected(env: &TrialEnv) -> CaseResult {
     if env.capability().device_memory {
