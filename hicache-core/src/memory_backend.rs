@@ -14,7 +14,7 @@ use crate::backend::{
 };
 use crate::error::Result;
 use crate::key::ObjectKey;
-use crate::memory::{MemoryRegion, RegionId, RegionTable};
+use crate::memory::{MemoryRegion, RegionId, RegionTable, scatter_into};
 
 const NAME: &str = "MEMORY";
 
@@ -144,12 +144,7 @@ impl MemoryBackend {
                 found: object.len() as u64,
             }));
         }
-        let mut at = 0;
-        for t in &mut targets {
-            let n = t.len();
-            t.copy_from(0, &object[at..at + n])?;
-            at += n;
-        }
+        scatter_into(NAME, &mut targets, &object)?;
         Ok(ReadOutcome::Hit)
     }
 }

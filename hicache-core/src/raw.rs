@@ -16,7 +16,7 @@ pub use crate::error::SharedSource;
 pub use crate::key::{MAX_OBJECT_KEY_LEN, MAX_PAGE_KEY_LEN, Namespace, ObjectKey};
 pub use crate::memory::{
     Access, AlignedBuf, HostBytes, MemKind, MemoryOwner, MemoryRegion, RegionId, RegionTable,
-    Slice, SourceSlice, TargetSlice, align_up, check_aligned,
+    Slice, SourceSlice, TargetSlice, align_up, check_aligned, scatter_into,
 };
 pub use crate::params::{DeclaredParams, ParamKind, ParamSpec, ParamType, PluginParams};
 pub use crate::probe::{Findings, Probe};

@@ -197,12 +197,7 @@ impl Kvdir {
                 found: bytes.len() as u64,
             }));
         }
-        let mut at = 0;
-        for t in &mut targets {
-            let n = t.len();
-            t.copy_from(0, &bytes[at..at + n])?;
-            at += n;
-        }
+        hicache_core::raw::scatter_into(NAME, &mut targets, &bytes)?;
         Ok(ReadOutcome::Hit)
     }
 }

@@ -507,6 +507,28 @@ impl TargetSlice {
     }
 }
 
+/// Copies `data` into `targets`, in order: the last step of a read that pinned its targets
+/// before it looked for the object. `data` must be exactly as long as the targets together
+/// (else [`Error::InvalidBatch`] naming `backend`).
+pub fn scatter_into(backend: &str, targets: &mut [TargetSlice], data: &[u8]) -> Result<()> {
+    let total: usize = targets.iter().map(TargetSlice::len).sum();
+    if total != data.len() {
+        return Err(Error::InvalidBatch {
+            reason: format!(
+                "backend {backend}: {} bytes to scatter into segments of {total} bytes",
+                data.len()
+            ),
+        });
+    }
+    let mut at = 0;
+    for t in targets {
+        let n = t.len();
+        t.copy_from(0, &data[at..at + n])?;
+        at += n;
+    }
+    Ok(())
+}
+
 /// A byte range of a registered region: how a transfer names memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Slice {
@@ -660,23 +682,7 @@ impl RegionTable {
             .iter()
             .map(|s| self.target(s))
             .collect::<Result<Vec<_>>>()?;
-        let total: usize = pinned.iter().map(TargetSlice::len).sum();
-        if total != data.len() {
-            return Err(Error::InvalidBatch {
-                reason: format!(
-                    "backend {}: {} bytes to scatter into segments of {total} bytes",
-                    self.backend,
-                    data.len()
-                ),
-            });
-        }
-        let mut at = 0;
-        for p in &mut pinned {
-            let n = p.len();
-            p.copy_from(0, &data[at..at + n])?;
-            at += n;
-        }
-        Ok(())
+        scatter_into(&self.backend, &mut pinned, data)
     }
 
     fn pin(&self, slice: &Slice, access: Access) -> Result<Pinned> {

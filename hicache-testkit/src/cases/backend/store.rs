@@ -83,6 +83,18 @@ pub async fn backend_list_pages_through_every_object(env: &TrialEnv) -> CaseResu
     let gone = key(env, "list-a-3");
     let r = b.remove(std::slice::from_ref(&gone)).await;
     ensure!(r.iter().all(|r| r.is_ok()), "{r:?}");
+    // A cursor this backend never made is an error or an empty page, never a panic.
+    for garbage in ["", "../..", "0/zz/\u{7f}", "\u{0}"] {
+        let foreign = hicache_core::raw::ListCursor(garbage.into());
+        match b.list(prefix.as_str(), Some(&foreign), 3).await {
+            Ok(_) | Err(Error::InvalidBatch { .. }) => {}
+            Err(e) => {
+                return Err(crate::check::CaseError::Failed(format!(
+                    "a foreign cursor {garbage:?} gave {e:?}, not a page or InvalidBatch"
+                )));
+            }
+        }
+    }
     let after = list_all(b.as_ref(), prefix.as_str(), 3).await?;
     ensure_eq!(after.len(), 6, "objects listed after one was removed");
     ensure!(
