@@ -6,5 +6,6 @@ mod cmd;
 pub mod doctor;
 mod progress;
 pub mod scrub;
+pub mod usage;
 
 pub use cmd::Commands;

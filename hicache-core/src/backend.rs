@@ -313,30 +313,68 @@ pub struct ListPage {
     pub next: Option<ListCursor>,
 }
 
-/// Every object under `prefix`, page by page (`page` objects a call): for tools that walk a
-/// whole store (scrub, usage, a cleaner). Stops at the first error.
+/// A walk through one listing, a page at a time: for tools that go through a whole store
+/// (scrub, usage, a cleaner) without holding it in memory. It ends after the page without a
+/// cursor, and refuses (as [`Error::PluginContract`]) a cursor that does not move.
+#[derive(Debug)]
+pub struct ListWalk<'a> {
+    backend: &'a dyn StorageBackend,
+    prefix: &'a str,
+    limit: usize,
+    cursor: Option<ListCursor>,
+    done: bool,
+}
+
+impl<'a> ListWalk<'a> {
+    /// The objects of `backend` whose names start with `prefix`, up to `limit` a page.
+    pub fn new(backend: &'a dyn StorageBackend, prefix: &'a str, limit: usize) -> Self {
+        ListWalk {
+            backend,
+            prefix,
+            limit: limit.max(1),
+            cursor: None,
+            done: false,
+        }
+    }
+
+    /// The next page's objects; `None` once the listing has ended.
+    pub async fn next_page(&mut self) -> Result<Option<Vec<Listed>>> {
+        if self.done {
+            return Ok(None);
+        }
+        let page = self
+            .backend
+            .list(self.prefix, self.cursor.as_ref(), self.limit)
+            .await?;
+        match page.next {
+            Some(next) if Some(&next) == self.cursor.as_ref() => {
+                self.done = true;
+                return Err(Error::PluginContract {
+                    plugin: self.backend.info().name,
+                    detail: "list returned the cursor it was given: the listing would never end"
+                        .into(),
+                });
+            }
+            Some(next) => self.cursor = Some(next),
+            None => self.done = true,
+        }
+        Ok(Some(page.objects))
+    }
+}
+
+/// Every object under `prefix`, page by page (`page` objects a call). Stops at the first
+/// error.
 pub async fn list_all(
     backend: &dyn StorageBackend,
     prefix: &str,
     page: usize,
 ) -> Result<Vec<Listed>> {
+    let mut walk = ListWalk::new(backend, prefix, page);
     let mut out = Vec::new();
-    let mut cursor: Option<ListCursor> = None;
-    loop {
-        let p = backend.list(prefix, cursor.as_ref(), page.max(1)).await?;
-        out.extend(p.objects);
-        match p.next {
-            Some(next) if Some(&next) != cursor.as_ref() => cursor = Some(next),
-            Some(_) => {
-                return Err(Error::PluginContract {
-                    plugin: backend.info().name,
-                    detail: "list returned the cursor it was given: the listing would never end"
-                        .into(),
-                });
-            }
-            None => return Ok(out),
-        }
+    while let Some(objects) = walk.next_page().await? {
+        out.extend(objects);
     }
+    Ok(out)
 }
 
 /// A batch-oriented storage engine: the one trait every plugin implements.

@@ -276,6 +276,14 @@ impl Namespace {
     pub fn short_hex(&self) -> String {
         self.0[..8].iter().map(|b| format!("{b:02x}")).collect()
     }
+
+    /// The namespace an object name carries under hicache naming (`<page key>.<16 hex>`,
+    /// [`short_hex`](Self::short_hex) as written): the 16 hex digits, or `None` for a name
+    /// without them (SGLang naming, or not a page).
+    pub fn suffix_of(name: &str) -> Option<&str> {
+        let (_, suffix) = name.rsplit_once('.')?;
+        (suffix.len() == 16 && suffix.bytes().all(|b| b.is_ascii_hexdigit())).then_some(suffix)
+    }
 }
 
 impl fmt::Debug for Namespace {
@@ -376,6 +384,23 @@ mod tests {
             8,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn the_namespace_suffix_is_sixteen_hex_digits_after_the_last_dot() {
+        let ns = Namespace::from_bytes([0xab; 16]);
+        let name = format!("page.{}", ns.short_hex());
+        assert_eq!(Namespace::suffix_of(&name), Some(ns.short_hex().as_str()));
+        for other in [
+            "page",
+            "page.",
+            "a.abababababababa",
+            "a.abababababababzz",
+            "x_model_0_1",
+            "é.ab",
+        ] {
+            assert_eq!(Namespace::suffix_of(other), None, "{other}");
+        }
     }
 
     fn mla() -> PoolGeometry {

@@ -9,8 +9,8 @@
 //! and the dir routing are here for plugins and tools that read stored objects themselves.
 
 pub use crate::backend::{
-    BackendInfo, BackendKind, Capability, DynBackend, ListCursor, ListPage, Listed, ReadItem,
-    StorageBackend, Usage, WriteItem, list_all,
+    BackendInfo, BackendKind, Capability, DynBackend, ListCursor, ListPage, ListWalk, Listed,
+    ReadItem, StorageBackend, Usage, WriteItem, list_all,
 };
 pub use crate::error::SharedSource;
 pub use crate::key::{MAX_OBJECT_KEY_LEN, MAX_PAGE_KEY_LEN, Namespace, ObjectKey};

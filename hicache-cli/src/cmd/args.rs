@@ -52,6 +52,8 @@ pub(crate) enum Command {
     Doctor(DoctorArgs),
     /// Verify stored objects; report (and with --delete remove) torn, corrupt, foreign ones.
     Scrub(ScrubArgs),
+    /// Capacity, and the stored objects counted by namespace with their bytes and ages.
+    Usage(UsageArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -216,6 +218,20 @@ pub(crate) struct ScrubArgs {
     /// Temporary files older than this many seconds are leftovers.
     #[arg(long, default_value_t = 60)]
     pub(crate) temp_age_s: u64,
+    /// Walk the plugin's listing and read each object through the plugin, also for POSIX
+    /// dirs (which are otherwise walked file by file). Other plugins are always walked so.
+    #[arg(long)]
+    pub(crate) listing: bool,
+    /// Only objects whose names start with this (a listing walk only).
+    #[arg(long, default_value = "", requires = "listing")]
+    pub(crate) prefix: String,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct UsageArgs {
+    /// Only objects whose names start with this.
+    #[arg(long, default_value = "")]
+    pub(crate) prefix: String,
 }
 
 #[derive(Subcommand, Debug)]

@@ -20,7 +20,7 @@ use bench::bench;
 use config::{config_keys, config_show};
 use json::JsonOut;
 use plugins::plugins;
-use tools::{doctor, scrub};
+use tools::{doctor, scrub, usage};
 
 pub(crate) fn runtime() -> hicache::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -37,7 +37,7 @@ pub(crate) fn runtime() -> hicache::Result<tokio::runtime::Runtime> {
         })
 }
 
-/// The `hicache` command line (`plugins`, `config`, `doctor`, `bench`, `scrub`) over this
+/// The `hicache` command line (`plugins`, `config`, `doctor`, `bench`, `scrub`, `usage`) over this
 /// build's plugins and any a program adds: a vendor who links a plugin into their own
 /// binary gets every command for it in a few lines.
 ///
@@ -170,7 +170,8 @@ impl Commands {
             Command::Plugins => plugins(self, &config()?, &json),
             Command::Bench(args) => bench(self, config()?, &args, &json),
             Command::Doctor(args) => doctor(self, &config()?, &args, &json),
-            Command::Scrub(args) => scrub(&config()?, &args, &json),
+            Command::Scrub(args) => scrub(self, &config()?, &args, &json),
+            Command::Usage(args) => usage(self, &config()?, &args, &json),
         }
     }
 }

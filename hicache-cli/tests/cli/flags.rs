@@ -113,6 +113,9 @@ fn inapplicable_flags_and_bad_numbers_are_errors() {
             "page-bytes",
         ),
         (&["scrub", "--temp-age-s=-1"][..], "--temp-age-s"),
+        // A prefix only narrows a listing walk; a file walk would ignore it silently.
+        (&["scrub", "--prefix", "a"][..], "--listing"),
+        (&["usage", "--prefix"][..], "--prefix"),
         // Ratios and sizes that are not finite numbers above zero.
         (&["doctor", "--ratio", "nan"][..], "--ratio"),
         (&["doctor", "--ratio", "inf"][..], "--ratio"),
@@ -197,4 +200,30 @@ fn config_show_flags_unknown_plugin_parameters() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `usage` and a listing `scrub` open the plugin the config names: an unknown one is an
+/// error naming it, never a panic; the stock POSIX dirs are counted through the listing.
+#[test]
+fn usage_and_listing_scrub_open_the_configured_plugin() {
+    let tmp = tempfile::tempdir().unwrap();
+    for cmd in [&["usage"][..], &["scrub", "--listing"][..]] {
+        let out = hicache()
+            .args(cmd)
+            .args(["--plugin", "bogus", "--dir"])
+            .arg(tmp.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{cmd:?}: {err}");
+        assert!(
+            err.contains("BOGUS") && !err.contains("panicked"),
+            "{cmd:?}: {err}"
+        );
+    }
+    let out = success(hicache().args(["usage", "--json", "--dir"]).arg(tmp.path()));
+    let usage: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(usage["plugin"], "POSIX", "{usage}");
+    assert_eq!(usage["total"]["objects"], 0, "{usage}");
+    assert!(usage["capacity"]["total_bytes"].is_u64(), "{usage}");
 }
