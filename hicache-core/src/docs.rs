@@ -99,7 +99,10 @@ pub mod memory_contract {}
 ///
 /// ## A static plugin in three steps
 ///
-/// 1. **Implement the backend.** Keep registrations in a
+/// 1. **Implement the backend.** Give the plugin's name once, as a
+///    [`PluginName`](crate::raw::PluginName) constant: errors come from it
+///    (`.map_err(NAME.io_at("open", &path))`, `NAME.error(..)`, `NAME.unsupported(..)`), and
+///    so do the region table and the descriptor's name. Keep registrations in a
 ///    [`RegionTable`](crate::raw::RegionTable): its `register`/`deregister` are the whole
 ///    methods for a plugin whose registration is bookkeeping, and its pins are how a
 ///    backend reaches memory without `unsafe`. Start from
@@ -129,6 +132,8 @@ pub mod memory_contract {}
 /// use hicache_core::raw::*;
 /// use hicache_core::{ConfigLoader, MissReason, PluginRegistry, ReadOutcome, Result};
 ///
+/// const NAME: PluginName = PluginName::new("ACME");
+///
 /// #[derive(Debug)]
 /// struct Acme {
 ///     regions: RegionTable,
@@ -146,7 +151,7 @@ pub mod memory_contract {}
 /// impl StorageBackend for Acme {
 ///     fn info(&self) -> BackendInfo {
 ///         BackendInfo {
-///             name: "ACME".into(),
+///             name: NAME.to_string(),
 ///             version: "1.0".into(),
 ///             kind: BackendKind::File,
 ///             capability: capability(),
@@ -211,13 +216,13 @@ pub mod memory_contract {}
 /// }
 /// fn build(_: &PluginContext<'_>) -> Result<DynBackend> {
 ///     Ok(Arc::new(Acme {
-///         regions: RegionTable::new("ACME"),
+///         regions: NAME.region_table(),
 ///         objects: Mutex::default(),
 ///     }))
 /// }
 ///
 /// pub static DESCRIPTOR: PluginDescriptor =
-///     PluginDescriptor::new("ACME", BackendKind::File, "ACME's store", probe, build)
+///     PluginDescriptor::new(NAME.as_str(), BackendKind::File, "ACME's store", probe, build)
 ///         .with_priority(50); // a third party: below the built-in plugins (100..=400)
 ///
 /// // Step 2: named where the registry is built. `auto` tries it by its priority.

@@ -14,6 +14,7 @@ mod key;
 mod memory;
 mod memory_backend;
 mod params;
+mod plugin_name;
 mod pool;
 mod pool_builder;
 mod probe;

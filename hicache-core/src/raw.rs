@@ -19,6 +19,7 @@ pub use crate::memory::{
     Slice, SourceSlice, TargetSlice, align_up, check_aligned, scatter_into,
 };
 pub use crate::params::{DeclaredParams, ParamKind, ParamSpec, ParamType, PluginParams};
+pub use crate::plugin_name::PluginName;
 pub use crate::probe::{Findings, Probe};
 pub use crate::registry::{
     LoadedPlugin, PluginContext, PluginDescriptor, PluginOrigin, Rejected, params_for, priority,

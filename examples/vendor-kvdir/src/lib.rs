@@ -17,13 +17,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hicache_core::raw::{
     BackendInfo, BackendKind, Capability, DynBackend, ListCursor, ListPage, Listed, MemoryRegion,
-    ObjectKey, PluginContext, PluginDescriptor, Probe, ReadItem, RegionId, RegionTable,
+    ObjectKey, PluginContext, PluginDescriptor, PluginName, Probe, ReadItem, RegionId, RegionTable,
     StorageBackend, Usage, WriteItem,
 };
-use hicache_core::{Error, MissReason, ReadOutcome, Result};
+use hicache_core::{MissReason, ReadOutcome, Result};
 
-/// The plugin's name.
-pub const NAME: &str = "KVDIR";
+/// The plugin's name, given once: its errors, region table and descriptor are made from it.
+pub const NAME: PluginName = PluginName::new("KVDIR");
 const BUCKETS: u64 = 64;
 
 hicache_core::plugin_params! {
@@ -35,7 +35,7 @@ hicache_core::plugin_params! {
 
 /// The plugin's descriptor: name it where the registry is built (the guide's step 2).
 pub static DESCRIPTOR: PluginDescriptor = PluginDescriptor::new(
-    NAME,
+    NAME.as_str(),
     BackendKind::File,
     "one file per object under kvdir/ (a vendor's example)",
     probe,
@@ -97,13 +97,13 @@ fn build(ctx: &PluginContext<'_>) -> Result<DynBackend> {
     for root in &roots {
         for b in 0..BUCKETS {
             let dir = root.join(format!("{b:02x}"));
-            fs::create_dir_all(&dir).map_err(|e| Error::io(NAME, "mkdir", Some(dir), e))?;
+            fs::create_dir_all(&dir).map_err(NAME.io_at("mkdir", &dir))?;
         }
     }
     Ok(Arc::new(Kvdir {
         roots,
         sync: params.sync.map(|s| s.value).unwrap_or(true),
-        regions: RegionTable::new(NAME),
+        regions: NAME.region_table(),
         temp: AtomicU64::new(0),
     }))
 }
@@ -142,17 +142,14 @@ impl Kvdir {
         let bucket = self.bucket(item.key);
         let n = self.temp.fetch_add(1, Ordering::Relaxed);
         let temp = bucket.join(format!(".tmp-{}-{n}", std::process::id()));
-        let io = |op: &'static str, path: &Path, e: std::io::Error| {
-            Error::io(NAME, op, Some(path.to_path_buf()), e)
-        };
         let result = (|| {
-            let mut f = fs::File::create_new(&temp).map_err(|e| io("create", &temp, e))?;
-            f.write_all(&bytes).map_err(|e| io("write", &temp, e))?;
+            let mut f = fs::File::create_new(&temp).map_err(NAME.io_at("create", &temp))?;
+            f.write_all(&bytes).map_err(NAME.io_at("write", &temp))?;
             if self.sync {
-                f.sync_data().map_err(|e| io("fsync", &temp, e))?;
+                f.sync_data().map_err(NAME.io_at("fsync", &temp))?;
             }
             let path = self.path(item.key);
-            fs::rename(&temp, &path).map_err(|e| io("rename", &path, e))
+            fs::rename(&temp, &path).map_err(NAME.io_at("rename", &path))
         })();
         if result.is_err() {
             let _ = fs::remove_file(&temp);
@@ -175,12 +172,9 @@ impl Kvdir {
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Ok(ReadOutcome::Miss(MissReason::NotFound));
             }
-            Err(e) => return Err(Error::io(NAME, "open", Some(path), e)),
+            Err(e) => return Err(NAME.io("open", path, e)),
         };
-        let found = f
-            .metadata()
-            .map_err(|e| Error::io(NAME, "fstat", Some(path.clone()), e))?
-            .len();
+        let found = f.metadata().map_err(NAME.io_at("fstat", &path))?.len();
         if found != item.len() {
             return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
                 expected: item.len(),
@@ -189,7 +183,7 @@ impl Kvdir {
         }
         let mut bytes = Vec::with_capacity(found as usize);
         f.read_to_end(&mut bytes)
-            .map_err(|e| Error::io(NAME, "read", Some(path), e))?;
+            .map_err(NAME.io_at("read", &path))?;
         if bytes.len() as u64 != item.len() {
             // Replaced by a shorter object between fstat and read.
             return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
@@ -197,7 +191,7 @@ impl Kvdir {
                 found: bytes.len() as u64,
             }));
         }
-        hicache_core::raw::scatter_into(NAME, &mut targets, &bytes)?;
+        hicache_core::raw::scatter_into(NAME.as_str(), &mut targets, &bytes)?;
         Ok(ReadOutcome::Hit)
     }
 }
@@ -206,7 +200,7 @@ impl Kvdir {
 impl StorageBackend for Kvdir {
     fn info(&self) -> BackendInfo {
         BackendInfo {
-            name: NAME.into(),
+            name: NAME.to_string(),
             version: env!("CARGO_PKG_VERSION").into(),
             kind: BackendKind::File,
             capability: capability(),
@@ -242,7 +236,7 @@ impl StorageBackend for Kvdir {
                 match fs::symlink_metadata(&path) {
                     Ok(m) => Ok(m.is_file()),
                     Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
-                    Err(e) => Err(Error::io(NAME, "stat", Some(path), e)),
+                    Err(e) => Err(NAME.io("stat", path, e)),
                 }
             })
             .collect()
@@ -255,7 +249,7 @@ impl StorageBackend for Kvdir {
                 match fs::remove_file(&path) {
                     Ok(()) => Ok(()),
                     Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-                    Err(e) => Err(Error::io(NAME, "unlink", Some(path), e)),
+                    Err(e) => Err(NAME.io("unlink", path, e)),
                 }
             })
             .collect()
@@ -276,11 +270,10 @@ impl StorageBackend for Kvdir {
                 let entries = match fs::read_dir(&dir) {
                     Ok(entries) => entries,
                     Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                    Err(e) => return Err(Error::io(NAME, "readdir", Some(dir), e)),
+                    Err(e) => return Err(NAME.io("readdir", dir, e)),
                 };
                 for entry in entries {
-                    let entry =
-                        entry.map_err(|e| Error::io(NAME, "readdir", Some(dir.clone()), e))?;
+                    let entry = entry.map_err(NAME.io_at("readdir", &dir))?;
                     let name = entry.file_name();
                     let Some(name) = name.to_str() else { continue };
                     // Temporary files start with '.', which no key does.
@@ -316,9 +309,8 @@ impl StorageBackend for Kvdir {
         let mut usage = Usage::default();
         let mut seen = Vec::new();
         for root in &self.roots {
-            let vfs = nix::sys::statvfs::statvfs(root).map_err(|e| {
-                Error::io(NAME, "statvfs", Some(root.clone()), std::io::Error::from(e))
-            })?;
+            let vfs = nix::sys::statvfs::statvfs(root)
+                .map_err(|e| NAME.io("statvfs", root, std::io::Error::from(e)))?;
             if seen.contains(&vfs.filesystem_id()) {
                 continue;
             }
