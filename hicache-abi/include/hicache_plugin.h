@@ -207,6 +207,27 @@ typedef struct hicache_result {
 typedef void (*hicache_complete_fn)(void *token, const hicache_result *results,
                                     uint32_t n_results);
 
+/* A modification time that is not known. */
+#define HICACHE_NO_TIME INT64_MIN
+/* The longest cursor a page may hand back, in bytes, without its NUL. */
+#define HICACHE_CURSOR_MAX 4096u
+
+/* One listed object. The key is `key_len` bytes (no NUL needed) and follows the rules of
+ * hicache_item's keys. */
+typedef struct hicache_listed {
+    const char *key;
+    uint32_t key_len;
+    uint32_t reserved;
+    uint64_t size;
+    int64_t modified_ns; /* since the Unix epoch; HICACHE_NO_TIME when not known */
+} hicache_listed;
+
+/* Takes one page of a listing: the host copies the objects and the cursor during the call.
+ * next: where the following page starts (NUL-terminated, at most HICACHE_CURSOR_MAX bytes,
+ * text the host hands back unchanged), or NULL on the last page. */
+typedef void (*hicache_page_fn)(void *sink, const hicache_listed *objects, uint32_t n_objects,
+                                const char *next);
+
 typedef struct hicache_plugin_table_v1 {
     uint32_t abi_version; /* HICACHE_PLUGIN_ABI_VERSION */
     uint32_t struct_size; /* sizeof(hicache_plugin_table_v1) */
@@ -236,6 +257,19 @@ typedef struct hicache_plugin_table_v1 {
     int32_t (*submit)(void *instance, const hicache_batch *batch, hicache_complete_fn done,
                       void *token, hicache_error *err);
     int32_t (*usage)(void *instance, hicache_usage *out, hicache_error *err);
+
+    /* Added in version 1 after `usage`: the host reads it only when struct_size covers it,
+     * so a table built before it loads with listing unsupported. NULL: the plugin cannot
+     * list (the host reports that as unsupported).
+     *
+     * Lists complete objects (never temporary ones) whose keys start with `prefix`
+     * (never NULL; "" for all), continuing after `cursor` (NULL: from the start;
+     * otherwise a `next` this plugin handed back, or text it must refuse). On HICACHE_OK the plugin has called `page` exactly once, before
+     * returning, with at most `limit` objects (limit >= 1); across the pages of one
+     * listing, every object that exists throughout it appears exactly once. A cursor the
+     * plugin cannot read is HICACHE_ERR_INVALID. The call may block. */
+    int32_t (*list)(void *instance, const char *prefix, const char *cursor, uint32_t limit,
+                    hicache_page_fn page, void *sink, hicache_error *err);
 } hicache_plugin_table_v1;
 
 /* Exported whatever the plugin's default symbol visibility (-fvisibility=hidden). */

@@ -293,7 +293,52 @@ pub struct hicache_plugin_table_v1 {
     /// Capacity figures.
     pub usage:
         Option<unsafe extern "C" fn(*mut c_void, *mut hicache_usage, *mut hicache_error) -> i32>,
+    /// List (read only when `struct_size` covers it).
+    pub list: Option<
+        unsafe extern "C" fn(
+            *mut c_void,
+            *const c_char,
+            *const c_char,
+            u32,
+            hicache_page_fn,
+            *mut c_void,
+            *mut hicache_error,
+        ) -> i32,
+    >,
 }
+
+/// The size of a version-1 table without the fields added later (`list`): the least a
+/// plugin's `struct_size` may be.
+pub const TABLE_V1_BASE_SIZE: usize = std::mem::offset_of!(hicache_plugin_table_v1, list);
+
+/// `hicache_listed`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct hicache_listed {
+    /// Key bytes.
+    pub key: *const c_char,
+    /// Their length.
+    pub key_len: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Bytes.
+    pub size: u64,
+    /// Nanoseconds since the Unix epoch, or `NO_TIME`.
+    pub modified_ns: i64,
+}
+
+/// `HICACHE_NO_TIME`.
+pub const NO_TIME: i64 = i64::MIN;
+/// `HICACHE_CURSOR_MAX`.
+pub const CURSOR_MAX: usize = 4096;
+
+/// `hicache_page_fn`.
+pub type hicache_page_fn = unsafe extern "C" fn(
+    sink: *mut c_void,
+    objects: *const hicache_listed,
+    n_objects: u32,
+    next: *const c_char,
+);
 
 /// The entry symbol's type.
 pub type hicache_plugin_entry = unsafe extern "C" fn() -> *const hicache_plugin_table_v1;

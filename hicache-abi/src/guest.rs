@@ -14,8 +14,8 @@ use std::sync::{Mutex, OnceLock};
 use std::task::{Context, Poll};
 
 use hicache_core::raw::{
-    DynBackend, MemKind, MemoryRegion, ObjectKey, PluginContext, PluginDescriptor, ReadItem,
-    RegionId, Slice, WriteItem, params_for,
+    DynBackend, ListCursor, MemKind, MemoryRegion, ObjectKey, PluginContext, PluginDescriptor,
+    ReadItem, RegionId, Slice, WriteItem, params_for,
 };
 use hicache_core::{ConfigLoader, Error, MissReason, ReadOutcome, Verdict};
 
@@ -139,6 +139,7 @@ fn export(
         deregister_memory: Some(deregister_memory),
         submit: Some(submit),
         usage: Some(usage),
+        list: Some(list),
     };
     Some(Exported {
         table,
@@ -480,6 +481,80 @@ unsafe extern "C" fn usage(
         out.total_bytes = u.total_bytes.unwrap_or(abi::UNKNOWN);
         out.used_bytes = u.used_bytes.unwrap_or(abi::UNKNOWN);
         out.available_bytes = u.available_bytes.unwrap_or(abi::UNKNOWN);
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn list(
+    p: *mut c_void,
+    prefix: *const c_char,
+    cursor: *const c_char,
+    limit: u32,
+    page: abi::hicache_page_fn,
+    sink: *mut c_void,
+    err: *mut hicache_error,
+) -> i32 {
+    guarded(err, || {
+        // SAFETY: the host's instance and strings (ABI); NULL means none for both strings.
+        let (inst, prefix, cursor) = unsafe {
+            (
+                instance(p)?,
+                match prefix.is_null() {
+                    true => String::new(),
+                    false => host_text(prefix, "the prefix")?,
+                },
+                match cursor.is_null() {
+                    true => None,
+                    false => Some(ListCursor(host_text(cursor, "the cursor")?)),
+                },
+            )
+        };
+        let backend = inst.backend.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // On the instance's runtime, waited for here, as `usage` is.
+        inst.runtime.spawn(async move {
+            let listing = async move {
+                backend
+                    .list(&prefix, cursor.as_ref(), limit.max(1) as usize)
+                    .await
+            };
+            let _ = tx.send(CatchUnwind(Box::pin(listing)).await);
+        });
+        let listed = match rx.recv() {
+            Ok(Ok(answer)) => answer?,
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(_) => return Err(Error::backend("plugin", "list ended without an answer")),
+        };
+        let next = listed
+            .next
+            .map(|c| CString::new(c.0))
+            .transpose()
+            .map_err(|_| Error::backend("plugin", "its listing cursor holds a NUL byte"))?;
+        let objects: Vec<abi::hicache_listed> = listed
+            .objects
+            .iter()
+            .map(|o| abi::hicache_listed {
+                key: o.key.as_str().as_ptr().cast(),
+                key_len: o.key.as_str().len() as u32,
+                reserved: 0,
+                size: o.size,
+                modified_ns: o
+                    .modified
+                    .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+                    .and_then(|d| i64::try_from(d.as_nanos()).ok())
+                    .unwrap_or(abi::NO_TIME),
+            })
+            .collect();
+        // SAFETY: the host's page function and sink (ABI); the keys, the array and the
+        // cursor live until it returns.
+        unsafe {
+            page(
+                sink,
+                objects.as_ptr(),
+                objects.len() as u32,
+                next.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            )
+        };
         Ok(())
     })
 }

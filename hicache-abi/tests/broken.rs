@@ -430,3 +430,90 @@ async fn futures_poll_once<F: std::future::Future + Unpin>(mut fut: F) -> Option
     })
     .await
 }
+
+/// A CFILE variant opened on a store holding objects `a1`, `a2`, `a3` (files CFILE lists).
+fn listing_backend(name: &str, defines: &[&str]) -> (DynBackend, tempfile::TempDir) {
+    let (b, store) = broken_backend(name, defines);
+    for key in ["a1", "a2", "a3"] {
+        std::fs::write(store.path().join("cfile").join(key), key).unwrap();
+    }
+    (b, store)
+}
+
+fn list(b: &DynBackend, limit: usize) -> Result<hicache_core::raw::ListPage> {
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(b.list("", None, limit))
+}
+
+#[test]
+fn a_plugin_lists_through_the_abi_page_by_page() {
+    let (b, _store) = listing_backend("lister", &["HICACHE_PLUGIN_NAME=\"LISTER\""]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let all = rt
+        .block_on(hicache_core::raw::list_all(b.as_ref(), "a", 2))
+        .unwrap();
+    let keys: Vec<&str> = all.iter().map(|l| l.key.as_str()).collect();
+    assert_eq!(keys, ["a1", "a2", "a3"]);
+    assert!(
+        all.iter().all(|l| l.size == 2 && l.modified.is_some()),
+        "{all:?}"
+    );
+    let none = rt.block_on(b.list("b", None, 10)).unwrap();
+    assert!(none.objects.is_empty() && none.next.is_none(), "{none:?}");
+    // A prefix no key can have, and cursors it never made: a page or InvalidBatch.
+    assert!(
+        rt.block_on(b.list("a\0", None, 10))
+            .unwrap()
+            .objects
+            .is_empty()
+    );
+    let nul = hicache_core::raw::ListCursor("a\0b".into());
+    let huge = hicache_core::raw::ListCursor("x".repeat(1 << 20));
+    for cursor in [nul, huge] {
+        let e = rt.block_on(b.list("", Some(&cursor), 10)).unwrap_err();
+        assert!(matches!(e, Error::InvalidBatch { .. }), "{e:?}");
+    }
+}
+
+#[test]
+fn a_table_without_list_or_built_before_it_lists_as_unsupported() {
+    for (name, define) in [
+        ("nolist", "HICACHE_BROKEN_NO_LIST"),
+        ("beforelist", "HICACHE_TABLE_BEFORE_LIST"),
+    ] {
+        let upper = name.to_uppercase();
+        let plugin_name = format!("HICACHE_PLUGIN_NAME=\"{upper}\"");
+        let (b, _store) = listing_backend(name, &[define, &plugin_name]);
+        let e = list(&b, 10).unwrap_err();
+        assert!(
+            matches!(e, Error::Unsupported { .. }) && e.to_string().contains(&upper),
+            "{define}: {e:?}"
+        );
+    }
+}
+
+#[test]
+fn a_listing_that_breaks_the_contract_is_a_contract_error() {
+    for (name, define, says) in [
+        (
+            "listover",
+            "HICACHE_BROKEN_LIST_OVER",
+            "3 objects for a page of at most 2",
+        ),
+        ("listkey", "HICACHE_BROKEN_LIST_KEY", "\"../escape\""),
+        ("listsilent", "HICACHE_BROKEN_LIST_SILENT", "0 times"),
+        ("listtwice", "HICACHE_BROKEN_LIST_TWICE", "more than once"),
+    ] {
+        let upper = name.to_uppercase();
+        let plugin_name = format!("HICACHE_PLUGIN_NAME=\"{upper}\"");
+        let (b, _store) = listing_backend(name, &[define, &plugin_name]);
+        let e = list(&b, 2).unwrap_err();
+        assert!(
+            matches!(e, Error::PluginContract { .. })
+                && e.to_string().contains(says)
+                && e.to_string().contains(&upper),
+            "{define}: {e}"
+        );
+    }
+}

@@ -102,6 +102,14 @@ fn expected() -> Vec<(String, u64)> {
         deregister_memory,
         submit,
         usage,
+        list,
+    });
+    layout!(hicache_listed {
+        key,
+        key_len,
+        reserved,
+        size,
+        modified_ns
     });
     let constants: &[(&str, i64)] = &[
         ("HICACHE_PLUGIN_ABI_VERSION", ABI_VERSION.into()),
@@ -127,6 +135,8 @@ fn expected() -> Vec<(String, u64)> {
         ("HICACHE_OP_EXISTS", OP_EXISTS.into()),
         ("HICACHE_OP_REMOVE", OP_REMOVE.into()),
         ("HICACHE_TEXT_LEN", TEXT_LEN as i64),
+        ("HICACHE_NO_TIME", NO_TIME),
+        ("HICACHE_CURSOR_MAX", CURSOR_MAX as i64),
     ];
     for (name, value) in constants {
         v.push(((*name).to_string(), *value as u64));

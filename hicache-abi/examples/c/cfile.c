@@ -2,17 +2,20 @@
  * CFILE: a FILE plugin written in plain C against hicache_plugin.h, loaded by hicache at
  * run time. Each object is one file <storage dir>/cfile/<key>, written to a temporary file,
  * optionally flushed, and renamed over the name (atomic publish). Storage dirs are chosen
- * by an FNV-1a hash of the key. Batches complete before `submit` returns.
+ * by an FNV-1a hash of the key. Batches complete before `submit` returns. `list` reads
+ * every dir and sorts the names, and goes on after the last key it handed out.
  *
  * Build: cc -std=c11 -shared -fPIC -I../../include -o libcfile.so cfile.c -lpthread
  *
  * The HICACHE_BROKEN_* macros build deliberately broken variants, used by hicache's tests
  * to prove the host survives them; HICACHE_PLUGIN_NAME and HICACHE_PLUGIN_PRIORITY rename
- * it and change its priority.
+ * it and change its priority; HICACHE_TABLE_BEFORE_LIST declares the table's size as a
+ * plugin built before `list` was added to version 1 does.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -433,6 +436,127 @@ static int cfile_usage(void *instance, hicache_usage *out, hicache_error *err) {
     return HICACHE_OK;
 }
 
+/* One object found by a listing. */
+typedef struct found {
+    char *key;
+    uint64_t size;
+    int64_t modified_ns;
+} found;
+
+static int by_key(const void *a, const void *b) {
+    return strcmp(((const found *)a)->key, ((const found *)b)->key);
+}
+
+/* Whether a file name can be an object key: temporary files start with '.'. */
+static int is_key(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > 220 || name[0] == '.') {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (ch < 0x20 || ch == 0x7f || ch == '\\') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void free_found(found *all, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(all[i].key);
+    }
+    free(all);
+}
+
+/* Every dir is read whole and sorted; the cursor is the last key handed out, so a page
+ * goes on after it whatever was written or removed meanwhile. */
+static int cfile_list(void *instance, const char *prefix, const char *cursor, uint32_t limit,
+                      hicache_page_fn page, void *sink, hicache_error *err) {
+    cfile *c = instance;
+    found *all = NULL;
+    size_t n = 0, cap = 0;
+    size_t prefix_len = strlen(prefix);
+    for (int d = 0; d < c->n_dirs; d++) {
+        DIR *dir = opendir(c->dirs[d]);
+        if (dir == NULL) {
+            set_text(err->message, "opendir %s: %s", c->dirs[d], errno);
+            free_found(all, n);
+            return HICACHE_ERR_IO;
+        }
+        struct dirent *e;
+        while ((e = readdir(dir)) != NULL) {
+            struct stat st;
+            if (!is_key(e->d_name) || strncmp(e->d_name, prefix, prefix_len) != 0 ||
+                (cursor != NULL && strcmp(e->d_name, cursor) <= 0) ||
+                fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+                !S_ISREG(st.st_mode)) {
+                continue;
+            }
+            if (n == cap) {
+                size_t grown = cap ? cap * 2 : 64;
+                found *more = realloc(all, grown * sizeof *all);
+                if (more == NULL) {
+                    closedir(dir);
+                    free_found(all, n);
+                    snprintf(err->message, HICACHE_TEXT_LEN, "out of memory");
+                    return HICACHE_ERR_IO;
+                }
+                all = more;
+                cap = grown;
+            }
+            all[n].key = strdup(e->d_name);
+            if (all[n].key == NULL) {
+                closedir(dir);
+                free_found(all, n);
+                snprintf(err->message, HICACHE_TEXT_LEN, "out of memory");
+                return HICACHE_ERR_IO;
+            }
+            all[n].size = (uint64_t)st.st_size;
+            all[n].modified_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+            n++;
+        }
+        closedir(dir);
+    }
+    if (n > 0) {
+        qsort(all, n, sizeof *all, by_key);
+    }
+    size_t shown = n < limit ? n : limit;
+#ifdef HICACHE_BROKEN_LIST_OVER
+    shown = n; /* ignores the limit */
+#endif
+    hicache_listed *out = calloc(shown ? shown : 1, sizeof *out);
+    if (out == NULL) {
+        free_found(all, n);
+        snprintf(err->message, HICACHE_TEXT_LEN, "out of memory");
+        return HICACHE_ERR_IO;
+    }
+    for (size_t i = 0; i < shown; i++) {
+        out[i].key = all[i].key;
+        out[i].key_len = (uint32_t)strlen(all[i].key);
+        out[i].size = all[i].size;
+        out[i].modified_ns = all[i].modified_ns;
+    }
+#ifdef HICACHE_BROKEN_LIST_KEY
+    if (shown > 0) {
+        out[0].key = "../escape";
+        out[0].key_len = 9;
+    }
+#endif
+    const char *next = shown < n ? all[shown - 1].key : NULL;
+#ifdef HICACHE_BROKEN_LIST_SILENT
+    (void)page, (void)sink, (void)next; /* returns OK without handing the page over */
+#else
+    page(sink, out, (uint32_t)shown, next);
+#endif
+#ifdef HICACHE_BROKEN_LIST_TWICE
+    page(sink, out, (uint32_t)shown, next);
+#endif
+    free(out);
+    free_found(all, n);
+    return HICACHE_OK;
+}
+
 static const hicache_param_spec PARAMS[] = {
     {"fsync", HICACHE_PARAM_BOOL, 0, "flush each object to stable storage before publishing it",
      "true"},
@@ -446,6 +570,9 @@ static const hicache_plugin_table_v1 TABLE = {
 #endif
 #ifdef HICACHE_BROKEN_SIZE
     .struct_size = 16,
+#elif defined(HICACHE_TABLE_BEFORE_LIST)
+    /* As a plugin built before `list` was added declares it. */
+    .struct_size = offsetof(hicache_plugin_table_v1, list),
 #else
     .struct_size = sizeof(hicache_plugin_table_v1),
 #endif
@@ -478,6 +605,11 @@ static const hicache_plugin_table_v1 TABLE = {
     .submit = cfile_submit,
 #endif
     .usage = cfile_usage,
+#ifdef HICACHE_BROKEN_NO_LIST
+    .list = NULL,
+#else
+    .list = cfile_list,
+#endif
 };
 
 #ifdef HICACHE_BROKEN_NO_ENTRY
@@ -486,6 +618,9 @@ const hicache_plugin_table_v1 *hicache_plugin_v0(void) { return &TABLE; }
 const hicache_plugin_table_v1 *hicache_plugin_v1(void) {
 #ifdef HICACHE_BROKEN_NULL_SUBMIT
     (void)cfile_submit;
+#endif
+#ifdef HICACHE_BROKEN_NO_LIST
+    (void)cfile_list;
 #endif
 #ifdef HICACHE_BROKEN_INIT
     (void)TABLE;

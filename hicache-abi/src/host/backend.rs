@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hicache_core::raw::{
-    BackendInfo, MemKind, MemoryRegion, ObjectKey, ReadItem, RegionId, RegionTable, Slice,
-    SourceSlice, StorageBackend, TargetSlice, Usage, WriteItem,
+    BackendInfo, ListCursor, ListPage, MemKind, MemoryRegion, ObjectKey, ReadItem, RegionId,
+    RegionTable, Slice, SourceSlice, StorageBackend, TargetSlice, Usage, WriteItem,
 };
 use hicache_core::{Error, MissReason, ReadOutcome, Result};
 use tokio::sync::oneshot;
@@ -678,6 +678,15 @@ impl StorageBackend for LoadedBackend {
             .into_iter()
             .map(|r| self.done("remove", r?))
             .collect()
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        cursor: Option<&ListCursor>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        super::listing::list_page(&self.plugin, self.instance.ptr, prefix, cursor, limit)
     }
 
     async fn usage(&self) -> Result<Usage> {

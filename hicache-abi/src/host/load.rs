@@ -265,7 +265,7 @@ fn open(path: &Path) -> Result<&'static PluginDescriptor, LoadError> {
             expected: abi::ABI_VERSION,
         });
     }
-    let expected = size_of::<hicache_plugin_table_v1>() as u32;
+    let expected = abi::TABLE_V1_BASE_SIZE as u32;
     if size < expected {
         return Err(LoadError::TableSize {
             path: path.to_path_buf(),
@@ -274,9 +274,18 @@ fn open(path: &Path) -> Result<&'static PluginDescriptor, LoadError> {
             expected,
         });
     }
-    // SAFETY: the plugin declared a version-1 table of at least this size; it is copied so
-    // later changes on the plugin's side cannot reach the host.
-    let table = unsafe { table.read() };
+    // Fields past the plugin's struct_size (added to version 1 after it was built) stay
+    // NULL; bytes past ours (a newer header) are not read.
+    let copied = (size as usize).min(size_of::<hicache_plugin_table_v1>());
+    let mut own = std::mem::MaybeUninit::<hicache_plugin_table_v1>::zeroed();
+    // SAFETY: the plugin declared a version-1 table of `size` bytes, of which the first
+    // `copied` are copied, so later changes on the plugin's side cannot reach the host. All
+    // zero bytes are a valid table (integers, null pointers, `None` function pointers), so
+    // the copy over a zeroed table is a valid table whatever `copied` is.
+    let table = unsafe {
+        std::ptr::copy_nonoverlapping(table.cast::<u8>(), own.as_mut_ptr().cast::<u8>(), copied);
+        own.assume_init()
+    };
     describe(path, table)
 }
 

@@ -2,6 +2,7 @@
 
 mod backend;
 mod config;
+mod listing;
 mod load;
 mod plugin;
 
