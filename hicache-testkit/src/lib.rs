@@ -9,6 +9,7 @@ pub mod fault;
 pub mod fixtures;
 pub mod params;
 pub mod s3;
+pub mod standins;
 mod suite;
 mod trial;
 

@@ -1,0 +1,62 @@
+//! What can go wrong with cuFile, each with its name and, where one helps, a hint.
+
+use std::path::PathBuf;
+
+use super::sys;
+
+/// A cuFile failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CuFileError {
+    /// No candidate library could be loaded.
+    #[error("cannot load cuFile: {}; install the CUDA toolkit's GPUDirect Storage package (libcufile.so.0), or name the library with `cufile_path`", tried.iter().map(|(p, why)| format!("{} ({why})", p.display())).collect::<Vec<_>>().join(", "))]
+    NotFound {
+        /// Each path or name tried, with why it failed.
+        tried: Vec<(PathBuf, String)>,
+    },
+    /// The library lacks a function hicache needs.
+    #[error("{path}: no symbol {symbol}; it is not a cuFile library, or one too old (cuFile 1.0 or newer is needed)", path = path.display())]
+    MissingSymbol {
+        /// The library.
+        path: PathBuf,
+        /// The function.
+        symbol: &'static str,
+    },
+    /// A cuFile call returned an error.
+    #[error("{call} failed: {name} ({code}){cuda}{hint}", name = sys::op_error_name(*code), cuda = if *code == sys::CUDA_DRIVER_ERROR { format!(", CUDA error {cu_err}") } else { String::new() }, hint = sys::op_error_hint(*code).map(|h| format!("; {h}")).unwrap_or_default())]
+    Call {
+        /// The function.
+        call: &'static str,
+        /// The `CUfileOpError`.
+        code: i32,
+        /// The `CUresult`, for [`sys::CUDA_DRIVER_ERROR`].
+        cu_err: i32,
+    },
+    /// A read or write failed with an OS error.
+    #[error("{call} failed: {source}")]
+    Os {
+        /// The function.
+        call: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CuFileError {
+    /// The `CUfileOpError` of a failed call.
+    pub fn code(&self) -> Option<i32> {
+        match self {
+            CuFileError::Call { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// As hicache reports it, under `plugin`'s name.
+    pub fn into_error(self, plugin: &'static str) -> hicache_core::Error {
+        match self {
+            CuFileError::Os { call, source } => hicache_core::Error::io(plugin, call, None, source),
+            other => hicache_core::Error::backend_with_source(plugin, other.to_string(), other),
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! Stand-ins for vendor libraries that cannot exist on a machine without their hardware,
+//! built from C with the system's compiler: they export the vendor's C functions with its
+//! types and return conventions over POSIX I/O, so tests go through the real FFI path.
+//! What each proves, and what it cannot, is stated at the top of its source.
+
+use std::path::{Path, PathBuf};
+
+/// The source of the cuFile stand-in (`libcufile.so.0`'s functions over pread/pwrite).
+pub const CUFILE_C: &str = include_str!("../standins/cufile.c");
+
+/// Builds the cuFile stand-in as `dir/libcufile.so.0`.
+pub fn cufile(dir: &Path) -> Result<PathBuf, String> {
+    let out = dir.join("libcufile.so.0");
+    crate::cc::shared_library(&[("cufile.c", CUFILE_C)], &[], &out)?;
+    Ok(out)
+}
