@@ -8,7 +8,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use hicache_gds::cufile::{CuFile, CuFileError, sys};
+use hicache_gds::cufile::{CuFile, CuFileError, Op, Request, sys};
 
 /// The stand-in, built once per test binary.
 fn stand_in() -> &'static Path {
@@ -59,6 +59,85 @@ fn the_stand_in_declares_the_layout_hicache_uses() {
     assert_eq!(c(1), std::mem::offset_of!(sys::CUfileDescr, handle));
     assert_eq!(c(2), std::mem::offset_of!(sys::CUfileDescr, fs_ops));
     assert_eq!(c(3), size_of::<sys::CUfileError>());
+    assert_eq!(c(4), size_of::<sys::CUfileIOParams>());
+    assert_eq!(c(5), std::mem::offset_of!(sys::CUfileIOParams, fh));
+    assert_eq!(c(6), std::mem::offset_of!(sys::CUfileIOParams, cookie));
+    assert_eq!(c(7), size_of::<sys::CUfileIOEvents>());
+    assert_eq!(c(8), std::mem::offset_of!(sys::CUfileIOEvents, ret));
+}
+
+#[test]
+fn a_batch_writes_and_reads_pages_and_reports_each_request() {
+    let _turn = serial();
+    let cufile = CuFile::load(Some(stand_in())).unwrap();
+    cufile.open_driver().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.path().join("pages"))
+        .unwrap();
+    let handle = cufile.register_file(file.as_fd()).unwrap();
+    const PAGE: usize = 16 << 10;
+    let mut out: Vec<u8> = (0..4 * PAGE).map(|i| (i % 253) as u8).collect();
+    let mut back = vec![0u8; 4 * PAGE];
+    let batch = cufile.batch(4).unwrap();
+    let requests = |op, base: *mut u8| -> Vec<Request<'_>> {
+        // Page i of the buffer at page 3 - i of the file.
+        (0..4u64)
+            .map(|i| Request {
+                file: &handle,
+                op,
+                base: base.cast(),
+                size: PAGE,
+                file_offset: (3 - i) * PAGE as u64,
+                buf_offset: i * PAGE as u64,
+            })
+            .collect()
+    };
+    // SAFETY: both buffers live and are used by nothing else during the runs.
+    unsafe {
+        let written = batch.run(&requests(Op::Write, out.as_mut_ptr())).unwrap();
+        assert!(written.iter().all(|r| matches!(r, Ok(PAGE))), "{written:?}");
+        let read = batch.run(&requests(Op::Read, back.as_mut_ptr())).unwrap();
+        assert!(read.iter().all(|r| matches!(r, Ok(PAGE))), "{read:?}");
+    }
+    assert!(back == out, "read back other bytes");
+    let file_bytes = std::fs::read(dir.path().join("pages")).unwrap();
+    assert_eq!(file_bytes[..PAGE], out[3 * PAGE..]);
+    // More requests than the context holds: the whole batch is refused.
+    let five: Vec<Request<'_>> = (0..5)
+        .map(|_| requests(Op::Read, back.as_mut_ptr())[0])
+        .collect();
+    // SAFETY: as above.
+    let e = unsafe { batch.run(&five) }.unwrap_err();
+    assert_eq!(e.code(), Some(5022), "{e}");
+    // One failing request fails alone, with its own error.
+    fail("cuFileRead", 5030);
+    // SAFETY: as above.
+    let read = unsafe { batch.run(&requests(Op::Read, back.as_mut_ptr())[..1]) };
+    fail("cuFileRead", 0);
+    let read = read.unwrap();
+    assert!(
+        matches!(&read[0], Err(e) if e.code() == Some(5030) && e.to_string().contains("CU_FILE_INTERNAL_ERROR")),
+        "{read:?}"
+    );
+    // Waiting that fails with requests in flight is reported as such.
+    fail("cuFileBatchIOGetStatus", 5030);
+    // SAFETY: as above; after Abandoned the buffer is kept until the end of the test.
+    let e = unsafe { batch.run(&requests(Op::Read, back.as_mut_ptr())) };
+    fail("cuFileBatchIOGetStatus", 0);
+    let e = e.unwrap_err();
+    assert!(
+        matches!(e, CuFileError::Abandoned { pending: 4, .. })
+            && e.to_string().contains("in flight"),
+        "{e}"
+    );
+    drop(batch);
+    drop(handle);
+    cufile.close_driver().unwrap();
 }
 
 #[test]

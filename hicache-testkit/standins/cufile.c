@@ -12,7 +12,11 @@
  * - a buffer registered twice is CU_FILE_MEMORY_ALREADY_REGISTERED, deregistering one that
  *   is not registered CU_FILE_MEMORY_NOT_REGISTERED;
  * - cuFileRead/cuFileWrite return the bytes moved, -1 with errno for an OS error, or a
- *   negative CUfileOpError.
+ *   negative CUfileOpError;
+ * - the batch API takes at most the context's capacity, and hands each request's event
+ *   back once, with its cookie, CUFILE_COMPLETE and the bytes moved, or CUFILE_FAILED and
+ *   a negative errno or error; like cuFile 1.15.1 in compat mode, it ignores a request's
+ *   devPtr_offset. Unlike the real library it runs requests when submitted.
  * hicache_cufile_stand_in_fail(call, code) makes the next calls of one function fail with
  * `code` (0 clears), to test the mapping of errors such as 5027 (the udev trap).
  */
@@ -25,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -248,12 +253,130 @@ EXPORT ssize_t cuFileWrite(void *fh, const void *base, size_t size, off_t file_o
     return transfer("cuFileWrite", fh, (char *)base, size, file_offset, buf_offset, 1);
 }
 
+/* The batch API. Requests run when submitted (the real library runs them
+ * asynchronously); their events wait in the context until cuFileBatchIOGetStatus reaps
+ * them, at most *nr at a time, each once. */
+typedef struct {
+    int mode;
+    struct {
+        void *base;
+        off_t file_offset;
+        off_t buf_offset;
+        size_t size;
+    } io;
+    void *fh;
+    int opcode;
+    void *cookie;
+} CUfileIOParams_t;
+
+typedef struct {
+    void *cookie;
+    int status;
+    size_t ret;
+} CUfileIOEvents_t;
+
+enum { STATUS_COMPLETE = 0x10, STATUS_FAILED = 0x40, STATUS_INVALID = 0x04 };
+
+typedef struct batch {
+    unsigned capacity;
+    unsigned ready; /* events not yet reaped */
+    CUfileIOEvents_t *events;
+} batch;
+
+EXPORT CUfileError_t cuFileBatchIOSetUp(void **id, unsigned nr) {
+    int code = injected("cuFileBatchIOSetUp");
+    if (code != 0) {
+        return status(code);
+    }
+    if (!driver_is_open()) {
+        return status(DRIVER_NOT_INITIALIZED);
+    }
+    if (id == NULL || nr == 0) {
+        return status(INVALID_VALUE);
+    }
+    batch *b = calloc(1, sizeof *b);
+    if (b == NULL || (b->events = calloc(nr, sizeof *b->events)) == NULL) {
+        free(b);
+        return status(INVALID_VALUE);
+    }
+    b->capacity = nr;
+    *id = b;
+    return status(SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileBatchIOSubmit(void *id, unsigned nr, CUfileIOParams_t *params,
+                                         unsigned flags) {
+    (void)flags;
+    int code = injected("cuFileBatchIOSubmit");
+    if (code != 0) {
+        return status(code);
+    }
+    batch *b = id;
+    if (b == NULL || params == NULL || nr == 0 || b->ready + nr > b->capacity) {
+        return status(INVALID_VALUE);
+    }
+    for (unsigned i = 0; i < nr; i++) {
+        CUfileIOParams_t *p = &params[i];
+        CUfileIOEvents_t *e = &b->events[b->ready++];
+        e->cookie = p->cookie;
+        if (p->mode != 1 || (p->opcode != 0 && p->opcode != 1)) {
+            e->status = STATUS_INVALID;
+            e->ret = (size_t)-(ssize_t)INVALID_VALUE;
+            continue;
+        }
+        int writing = p->opcode == 1;
+        /* devPtr_offset is ignored, as cuFile 1.15.1 in compat mode was seen to ignore it
+         * in batch requests: a caller that relies on it reads and writes the wrong bytes
+         * here too. */
+        ssize_t n = transfer(writing ? "cuFileWrite" : "cuFileRead", p->fh, p->io.base,
+                             p->io.size, p->io.file_offset, 0, writing);
+        if (n == -1) {
+            n = -(ssize_t)errno;
+        }
+        e->status = n < 0 ? STATUS_FAILED : STATUS_COMPLETE;
+        e->ret = (size_t)n;
+    }
+    return status(SUCCESS);
+}
+
+EXPORT CUfileError_t cuFileBatchIOGetStatus(void *id, unsigned min_nr, unsigned *nr,
+                                            CUfileIOEvents_t *events, struct timespec *timeout) {
+    (void)timeout;
+    int code = injected("cuFileBatchIOGetStatus");
+    if (code != 0) {
+        return status(code);
+    }
+    batch *b = id;
+    if (b == NULL || nr == NULL || events == NULL || min_nr > *nr) {
+        return status(INVALID_VALUE);
+    }
+    unsigned n = b->ready < *nr ? b->ready : *nr;
+    memcpy(events, b->events, n * sizeof *events);
+    memmove(b->events, b->events + n, (b->ready - n) * sizeof *events);
+    b->ready -= n;
+    *nr = n;
+    return status(SUCCESS);
+}
+
+EXPORT void cuFileBatchIODestroy(void *id) {
+    batch *b = id;
+    if (b != NULL) {
+        free(b->events);
+        free(b);
+    }
+}
+
 /* The layout this file declares, for the test that holds it against hicache's. */
 EXPORT size_t hicache_cufile_stand_in_layout(int what) {
     switch (what) {
     case 0: return sizeof(CUfileDescr_t);
     case 1: return offsetof(CUfileDescr_t, handle);
     case 2: return offsetof(CUfileDescr_t, fs_ops);
-    default: return sizeof(CUfileError_t);
+    case 3: return sizeof(CUfileError_t);
+    case 4: return sizeof(CUfileIOParams_t);
+    case 5: return offsetof(CUfileIOParams_t, fh);
+    case 6: return offsetof(CUfileIOParams_t, cookie);
+    case 7: return sizeof(CUfileIOEvents_t);
+    default: return offsetof(CUfileIOEvents_t, ret);
     }
 }

@@ -32,6 +32,24 @@ pub enum CuFileError {
         /// The `CUresult`, for [`sys::CUDA_DRIVER_ERROR`].
         cu_err: i32,
     },
+    /// A batch request ended without completing.
+    #[error("a batch request ended {status} (ret {ret})")]
+    BatchStatus {
+        /// `CUfileStatus_t`'s name.
+        status: &'static str,
+        /// The request's `ret`.
+        ret: isize,
+    },
+    /// Waiting for a batch failed with requests still pending: their memory may still be
+    /// used by cuFile and must never be reused.
+    #[error("{pending} batch requests may still be in flight: {source}")]
+    Abandoned {
+        /// Requests not known to have ended.
+        pending: usize,
+        /// Why waiting failed.
+        #[source]
+        source: Box<CuFileError>,
+    },
     /// A read or write failed with an OS error.
     #[error("{call} failed: {source}")]
     Os {

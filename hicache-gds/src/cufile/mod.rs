@@ -7,6 +7,7 @@
 //! wrappers turn each `CUfileError_t` and each negative return into a [`CuFileError`] with
 //! the error's name and a hint.
 
+mod batch;
 mod error;
 pub mod sys;
 
@@ -14,6 +15,7 @@ use std::ffi::c_void;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
+pub use batch::{Batch, Op, Request, status_name};
 pub use error::CuFileError;
 
 /// Where cuFile is looked for when no path is given: the dynamic loader's search path, then
@@ -32,6 +34,7 @@ pub struct CuFile {
     buf_deregister: sys::BufDeregisterFn,
     read: sys::ReadFn,
     write: sys::WriteFn,
+    batch: Option<batch::BatchFns>,
     // Last: the functions above point into it. It is never unloaded while a `CuFile` lives.
     _library: libloading::Library,
 }
@@ -98,6 +101,16 @@ impl CuFile {
                 buf_deregister: get(&library, &path, "cuFileBufDeregister")?,
                 read: get(&library, &path, "cuFileRead")?,
                 write: get(&library, &path, "cuFileWrite")?,
+                // Optional: a library without the batch API still serves GDS_MT.
+                batch: (|| -> Result<batch::BatchFns, CuFileError> {
+                    Ok(batch::BatchFns {
+                        setup: get(&library, &path, "cuFileBatchIOSetUp")?,
+                        submit: get(&library, &path, "cuFileBatchIOSubmit")?,
+                        get_status: get(&library, &path, "cuFileBatchIOGetStatus")?,
+                        destroy: get(&library, &path, "cuFileBatchIODestroy")?,
+                    })
+                })()
+                .ok(),
                 path,
                 _library: library,
             })
@@ -115,7 +128,7 @@ impl CuFile {
         self.stand_in
     }
 
-    fn check(call: &'static str, status: sys::CUfileError) -> Result<(), CuFileError> {
+    pub(super) fn check(call: &'static str, status: sys::CUfileError) -> Result<(), CuFileError> {
         match status.err {
             sys::SUCCESS => Ok(()),
             code => Err(CuFileError::Call {
@@ -242,7 +255,7 @@ impl CuFile {
 }
 
 /// Offsets as `off_t`; one past its range is an invalid value, never a wrap.
-fn offsets(
+pub(super) fn offsets(
     call: &'static str,
     file: u64,
     buf: u64,

@@ -81,6 +81,92 @@ pub type WriteFn = unsafe extern "C" fn(
     buf_offset: libc::off_t,
 ) -> isize;
 
+/// The I/O of one batch request (the `batch` member of `CUfileIOParams_t`'s union, its
+/// only one).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUfileBatchIo {
+    /// Device or host memory.
+    pub base: *mut c_void,
+    /// Where in the file.
+    pub file_offset: libc::off_t,
+    /// Where in the buffer, from `base`.
+    pub buf_offset: libc::off_t,
+    /// Bytes.
+    pub size: usize,
+}
+
+/// `CUfileIOParams_t`: 64 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUfileIOParams {
+    /// `CUfileBatchMode_t`: [`BATCH_MODE`].
+    pub mode: c_int,
+    /// The request.
+    pub io: CUfileBatchIo,
+    /// The registered file.
+    pub fh: CUfileHandle,
+    /// [`OPCODE_READ`] or [`OPCODE_WRITE`].
+    pub opcode: c_int,
+    /// Handed back in the request's event.
+    pub cookie: *mut c_void,
+}
+
+/// `CUfileIOEvents_t`: 24 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUfileIOEvents {
+    /// The request's cookie.
+    pub cookie: *mut c_void,
+    /// `CUfileStatus_t`.
+    pub status: c_int,
+    /// Bytes moved, or a negative error, as a `size_t`.
+    pub ret: usize,
+}
+
+/// `CUFILE_BATCH`.
+pub const BATCH_MODE: c_int = 1;
+/// `CUFILE_READ`.
+pub const OPCODE_READ: c_int = 0;
+/// `CUFILE_WRITE`.
+pub const OPCODE_WRITE: c_int = 1;
+/// `CUFILE_WAITING`.
+pub const STATUS_WAITING: c_int = 0x01;
+/// `CUFILE_PENDING`.
+pub const STATUS_PENDING: c_int = 0x02;
+/// `CUFILE_INVALID`.
+pub const STATUS_INVALID: c_int = 0x04;
+/// `CUFILE_CANCELED`.
+pub const STATUS_CANCELED: c_int = 0x08;
+/// `CUFILE_COMPLETE`.
+pub const STATUS_COMPLETE: c_int = 0x10;
+/// `CUFILE_TIMEOUT`.
+pub const STATUS_TIMEOUT: c_int = 0x20;
+/// `CUFILE_FAILED`.
+pub const STATUS_FAILED: c_int = 0x40;
+
+/// `CUfileBatchHandle_t`.
+pub type CUfileBatchHandle = *mut c_void;
+/// `cuFileBatchIOSetUp`.
+pub type BatchSetUpFn = unsafe extern "C" fn(batch: *mut CUfileBatchHandle, nr: u32) -> CUfileError;
+/// `cuFileBatchIOSubmit`.
+pub type BatchSubmitFn = unsafe extern "C" fn(
+    batch: CUfileBatchHandle,
+    nr: u32,
+    params: *mut CUfileIOParams,
+    flags: u32,
+) -> CUfileError;
+/// `cuFileBatchIOGetStatus`.
+pub type BatchGetStatusFn = unsafe extern "C" fn(
+    batch: CUfileBatchHandle,
+    min_nr: u32,
+    nr: *mut u32,
+    events: *mut CUfileIOEvents,
+    timeout: *mut libc::timespec,
+) -> CUfileError;
+/// `cuFileBatchIODestroy`.
+pub type BatchDestroyFn = unsafe extern "C" fn(batch: CUfileBatchHandle);
+
 /// The name of a `CUfileOpError` code, as `cufile.h` spells it.
 pub fn op_error_name(code: c_int) -> &'static str {
     match code {
@@ -161,6 +247,14 @@ mod tests {
         assert_eq!(size_of::<CUfileDescr>(), 24);
         assert_eq!(offset_of!(CUfileDescr, handle), 8);
         assert_eq!(offset_of!(CUfileDescr, fs_ops), 16);
+        assert_eq!(size_of::<CUfileIOParams>(), 64);
+        assert_eq!(offset_of!(CUfileIOParams, io), 8);
+        assert_eq!(offset_of!(CUfileIOParams, fh), 40);
+        assert_eq!(offset_of!(CUfileIOParams, opcode), 48);
+        assert_eq!(offset_of!(CUfileIOParams, cookie), 56);
+        assert_eq!(size_of::<CUfileIOEvents>(), 24);
+        assert_eq!(offset_of!(CUfileIOEvents, status), 8);
+        assert_eq!(offset_of!(CUfileIOEvents, ret), 16);
     }
 
     #[test]
