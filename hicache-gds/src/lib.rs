@@ -1,4 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod cuda;
 pub mod cufile;
+mod error;
+
+pub use error::GdsError;

@@ -8,7 +8,8 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use hicache_gds::cufile::{CuFile, CuFileError, Op, Request, sys};
+use hicache_gds::GdsError;
+use hicache_gds::cufile::{CuFile, Op, Request, sys};
 
 /// The stand-in, built once per test binary.
 fn stand_in() -> &'static Path {
@@ -131,8 +132,7 @@ fn a_batch_writes_and_reads_pages_and_reports_each_request() {
     fail("cuFileBatchIOGetStatus", 0);
     let e = e.unwrap_err();
     assert!(
-        matches!(e, CuFileError::Abandoned { pending: 4, .. })
-            && e.to_string().contains("in flight"),
+        matches!(e, GdsError::Abandoned { pending: 4, .. }) && e.to_string().contains("in flight"),
         "{e}"
     );
     drop(batch);
@@ -233,13 +233,13 @@ fn each_failure_is_named_with_its_hint() {
     fail("cuFileRead", 0);
     let e = e.unwrap_err();
     assert!(
-        matches!(e, CuFileError::Call { code: 4242, .. }) && e.to_string().contains("unknown"),
+        matches!(e, GdsError::Call { code: 4242, .. }) && e.to_string().contains("unknown"),
         "{e}"
     );
     // SAFETY: as above; the file was opened write-only, so the read is EBADF.
     let e = unsafe { cufile.read(&handle, buf.as_mut_ptr().cast(), 512, 0, 0) }.unwrap_err();
     assert!(
-        matches!(&e, CuFileError::Os { source, .. } if source.raw_os_error() == Some(libc::EBADF)),
+        matches!(&e, GdsError::Os { source, .. } if source.raw_os_error() == Some(libc::EBADF)),
         "{e:?}"
     );
     // An offset past off_t's range is refused before the call.
@@ -255,7 +255,7 @@ fn a_missing_or_wrong_library_is_a_typed_error_naming_what_was_tried() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("libcufile.so.0");
     let e = CuFile::load(Some(&missing)).unwrap_err();
-    assert!(matches!(e, CuFileError::NotFound { .. }), "{e:?}");
+    assert!(matches!(e, GdsError::NotFound { .. }), "{e:?}");
     let text = e.to_string();
     assert!(
         text.contains(&missing.display().to_string()) && text.contains("cufile_path"),
@@ -269,7 +269,7 @@ fn a_missing_or_wrong_library_is_a_typed_error_naming_what_was_tried() {
     assert!(
         matches!(
             e,
-            CuFileError::MissingSymbol {
+            GdsError::MissingSymbol {
                 symbol: "cuFileDriverOpen",
                 ..
             }
@@ -281,6 +281,6 @@ fn a_missing_or_wrong_library_is_a_typed_error_naming_what_was_tried() {
     std::fs::write(&junk, b"not an ELF file").unwrap();
     assert!(matches!(
         CuFile::load(Some(&junk)),
-        Err(CuFileError::NotFound { .. })
+        Err(GdsError::NotFound { .. })
     ));
 }

@@ -14,3 +14,13 @@ pub fn cufile(dir: &Path) -> Result<PathBuf, String> {
     crate::cc::shared_library(&[("cufile.c", CUFILE_C)], &[], &out)?;
     Ok(out)
 }
+
+/// The source of the CUDA runtime stand-in (`cudaMalloc` over host memory).
+pub const CUDART_C: &str = include_str!("../standins/cudart.c");
+
+/// Builds the CUDA runtime stand-in as `dir/libcudart.so`.
+pub fn cudart(dir: &Path) -> Result<PathBuf, String> {
+    let out = dir.join("libcudart.so");
+    crate::cc::shared_library(&[("cudart.c", CUDART_C)], &[], &out)?;
+    Ok(out)
+}

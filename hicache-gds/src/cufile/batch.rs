@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use super::{CuFile, CuFileError, FileHandle, sys};
+use super::{CuFile, FileHandle, GdsError, sys};
 
 /// The batch functions, resolved when the library has them.
 #[derive(Clone, Copy)]
@@ -60,9 +60,9 @@ impl std::fmt::Debug for Batch<'_> {
 
 impl CuFile {
     /// A batch context for up to `capacity` requests at once (`cuFileBatchIOSetUp`); a
-    /// library without the batch API is [`CuFileError::MissingSymbol`].
-    pub fn batch(&self, capacity: u32) -> Result<Batch<'_>, CuFileError> {
-        let fns = self.batch.ok_or_else(|| CuFileError::MissingSymbol {
+    /// library without the batch API is [`GdsError::MissingSymbol`].
+    pub fn batch(&self, capacity: u32) -> Result<Batch<'_>, GdsError> {
+        let fns = self.batch.ok_or_else(|| GdsError::MissingSymbol {
             path: self.path.clone(),
             symbol: "cuFileBatchIOSetUp",
         })?;
@@ -90,16 +90,16 @@ impl Batch<'_> {
     /// # Safety
     /// Each request's buffer range must be memory cuFile may use for its direction
     /// (writable for reads), used by nothing else until this returns. After
-    /// [`CuFileError::Abandoned`], the memory of every request may still be used by cuFile:
+    /// [`GdsError::Abandoned`], the memory of every request may still be used by cuFile:
     /// the caller must never reuse or free it.
     pub unsafe fn run(
         &self,
         requests: &[Request<'_>],
-    ) -> Result<Vec<Result<usize, CuFileError>>, CuFileError> {
+    ) -> Result<Vec<Result<usize, GdsError>>, GdsError> {
         let n = u32::try_from(requests.len())
             .ok()
             .filter(|&n| n <= self.capacity)
-            .ok_or(CuFileError::Call {
+            .ok_or(GdsError::Call {
                 call: "cuFileBatchIOSubmit",
                 code: 5022,
                 cu_err: 0,
@@ -113,7 +113,7 @@ impl Batch<'_> {
             // The buffer offset travels in the address, `devPtr_offset` stays 0: cuFile
             // 1.15.1 (compat mode, host memory) ignored `devPtr_offset` in batch requests,
             // measured on the H200 — every request of a batch landed at the buffer's base.
-            let start = usize::try_from(r.buf_offset).map_err(|_| CuFileError::Os {
+            let start = usize::try_from(r.buf_offset).map_err(|_| GdsError::Os {
                 call: "cuFileBatchIOSubmit",
                 source: std::io::Error::from_raw_os_error(libc::EOVERFLOW),
             })?;
@@ -138,7 +138,7 @@ impl Batch<'_> {
         // through the call (cuFile copies it).
         let status = unsafe { (self.fns.submit)(self.raw, n, params.as_mut_ptr(), 0) };
         CuFile::check("cuFileBatchIOSubmit", status)?;
-        let mut results: Vec<Option<Result<usize, CuFileError>>> =
+        let mut results: Vec<Option<Result<usize, GdsError>>> =
             (0..requests.len()).map(|_| None).collect();
         let mut left = requests.len();
         let mut events = vec![
@@ -164,7 +164,7 @@ impl Batch<'_> {
                 // Requests may still be in flight and their end cannot be learnt: the
                 // context is kept (never destroyed under them) and the caller told.
                 self.abandoned.set(true);
-                return Err(CuFileError::Abandoned {
+                return Err(GdsError::Abandoned {
                     pending: left,
                     source: Box::new(e),
                 });
@@ -186,7 +186,7 @@ impl Batch<'_> {
 }
 
 /// One event as a request's result.
-fn outcome(event: &sys::CUfileIOEvents) -> Result<usize, CuFileError> {
+fn outcome(event: &sys::CUfileIOEvents) -> Result<usize, GdsError> {
     let ret = event.ret as isize;
     match event.status {
         sys::STATUS_COMPLETE if ret >= 0 => Ok(ret as usize),
@@ -194,19 +194,19 @@ fn outcome(event: &sys::CUfileIOEvents) -> Result<usize, CuFileError> {
         _ if ret < 0 => {
             let code = i32::try_from(ret.unsigned_abs()).unwrap_or(i32::MAX);
             Err(if code > 5000 {
-                CuFileError::Call {
+                GdsError::Call {
                     call: "cuFileBatchIOGetStatus",
                     code,
                     cu_err: 0,
                 }
             } else {
-                CuFileError::Os {
+                GdsError::Os {
                     call: "cuFileBatchIOGetStatus",
                     source: std::io::Error::from_raw_os_error(code),
                 }
             })
         }
-        status => Err(CuFileError::BatchStatus {
+        status => Err(GdsError::BatchStatus {
             status: status_name(status),
             ret,
         }),

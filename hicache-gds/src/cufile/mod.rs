@@ -4,19 +4,18 @@
 //! [`CuFile::load`] opens `libcufile.so.0` (an explicit path, else the dynamic loader's
 //! search path, else the CUDA toolkit's default place) and resolves every function hicache
 //! uses up front, so a wrong library is refused at load with the missing symbol's name. The
-//! wrappers turn each `CUfileError_t` and each negative return into a [`CuFileError`] with
+//! wrappers turn each `CUfileError_t` and each negative return into a [`GdsError`] with
 //! the error's name and a hint.
 
 mod batch;
-mod error;
 pub mod sys;
 
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
+use crate::error::GdsError;
 pub use batch::{Batch, Op, Request, status_name};
-pub use error::CuFileError;
 
 /// Where cuFile is looked for when no path is given: the dynamic loader's search path, then
 /// the CUDA toolkit's default install.
@@ -50,7 +49,7 @@ impl std::fmt::Debug for CuFile {
 
 impl CuFile {
     /// Loads cuFile from `path`, or from [`SEARCH`] when `None`.
-    pub fn load(path: Option<&Path>) -> Result<Self, CuFileError> {
+    pub fn load(path: Option<&Path>) -> Result<Self, GdsError> {
         let candidates: Vec<PathBuf> = match path {
             Some(p) => vec![p.to_path_buf()],
             None => SEARCH.iter().map(PathBuf::from).collect(),
@@ -65,10 +64,14 @@ impl CuFile {
                 Err(e) => tried.push((candidate, e.to_string())),
             }
         }
-        Err(CuFileError::NotFound { tried })
+        Err(GdsError::NotFound {
+            library: "cuFile",
+            tried,
+            fix: "install the CUDA toolkit's GPUDirect Storage package (libcufile.so.0), or name the library with `cufile_path`",
+        })
     }
 
-    fn resolve(path: PathBuf, library: libloading::Library) -> Result<Self, CuFileError> {
+    fn resolve(path: PathBuf, library: libloading::Library) -> Result<Self, GdsError> {
         /// Copies one function pointer out of the library.
         ///
         /// # Safety
@@ -77,12 +80,12 @@ impl CuFile {
             library: &libloading::Library,
             path: &Path,
             symbol: &'static str,
-        ) -> Result<T, CuFileError> {
+        ) -> Result<T, GdsError> {
             // SAFETY: the caller's contract on `T`; the pointer stays valid while the
             // library is loaded, which `CuFile` guarantees by owning it.
             unsafe { library.get::<T>(symbol.as_bytes()) }
                 .map(|s| *s)
-                .map_err(|_| CuFileError::MissingSymbol {
+                .map_err(|_| GdsError::MissingSymbol {
                     path: path.to_path_buf(),
                     symbol,
                 })
@@ -102,7 +105,7 @@ impl CuFile {
                 read: get(&library, &path, "cuFileRead")?,
                 write: get(&library, &path, "cuFileWrite")?,
                 // Optional: a library without the batch API still serves GDS_MT.
-                batch: (|| -> Result<batch::BatchFns, CuFileError> {
+                batch: (|| -> Result<batch::BatchFns, GdsError> {
                     Ok(batch::BatchFns {
                         setup: get(&library, &path, "cuFileBatchIOSetUp")?,
                         submit: get(&library, &path, "cuFileBatchIOSubmit")?,
@@ -128,10 +131,10 @@ impl CuFile {
         self.stand_in
     }
 
-    pub(super) fn check(call: &'static str, status: sys::CUfileError) -> Result<(), CuFileError> {
+    pub(super) fn check(call: &'static str, status: sys::CUfileError) -> Result<(), GdsError> {
         match status.err {
             sys::SUCCESS => Ok(()),
-            code => Err(CuFileError::Call {
+            code => Err(GdsError::Call {
                 call,
                 code,
                 cu_err: status.cu_err,
@@ -141,20 +144,20 @@ impl CuFile {
 
     /// `cuFileDriverOpen`: the driver is reference-counted by cuFile; pair each successful
     /// open with [`close_driver`](Self::close_driver).
-    pub fn open_driver(&self) -> Result<(), CuFileError> {
+    pub fn open_driver(&self) -> Result<(), GdsError> {
         // SAFETY: no arguments; callable from any thread (cuFile API).
         Self::check("cuFileDriverOpen", unsafe { (self.driver_open)() })
     }
 
     /// `cuFileDriverClose`.
-    pub fn close_driver(&self) -> Result<(), CuFileError> {
+    pub fn close_driver(&self) -> Result<(), GdsError> {
         // SAFETY: as above.
         Self::check("cuFileDriverClose", unsafe { (self.driver_close)() })
     }
 
     /// `cuFileHandleRegister` of an open file; deregistered when the handle is dropped,
     /// which must happen before the file is closed (the borrow says so).
-    pub fn register_file<'a>(&'a self, fd: BorrowedFd<'a>) -> Result<FileHandle<'a>, CuFileError> {
+    pub fn register_file<'a>(&'a self, fd: BorrowedFd<'a>) -> Result<FileHandle<'a>, GdsError> {
         let mut descr = sys::CUfileDescr {
             handle_type: sys::HANDLE_TYPE_OPAQUE_FD,
             handle: sys::CUfileDescrHandle {
@@ -176,11 +179,7 @@ impl CuFile {
     /// # Safety
     /// `base..base + len` must be memory cuFile may use (device memory from `cudaMalloc`,
     /// or host memory) until [`deregister_buffer`](Self::deregister_buffer).
-    pub unsafe fn register_buffer(
-        &self,
-        base: *const c_void,
-        len: usize,
-    ) -> Result<(), CuFileError> {
+    pub unsafe fn register_buffer(&self, base: *const c_void, len: usize) -> Result<(), GdsError> {
         // SAFETY: the caller's contract.
         Self::check("cuFileBufRegister", unsafe {
             (self.buf_register)(base, len, 0)
@@ -191,21 +190,21 @@ impl CuFile {
     ///
     /// # Safety
     /// `base` was registered, and no I/O on it is in flight.
-    pub unsafe fn deregister_buffer(&self, base: *const c_void) -> Result<(), CuFileError> {
+    pub unsafe fn deregister_buffer(&self, base: *const c_void) -> Result<(), GdsError> {
         // SAFETY: the caller's contract.
         Self::check("cuFileBufDeregister", unsafe {
             (self.buf_deregister)(base)
         })
     }
 
-    fn transferred(call: &'static str, n: isize) -> Result<usize, CuFileError> {
+    fn transferred(call: &'static str, n: isize) -> Result<usize, GdsError> {
         match n {
             n if n >= 0 => Ok(n as usize),
-            -1 => Err(CuFileError::Os {
+            -1 => Err(GdsError::Os {
                 call,
                 source: std::io::Error::last_os_error(),
             }),
-            n => Err(CuFileError::Call {
+            n => Err(GdsError::Call {
                 call,
                 code: i32::try_from(n.unsigned_abs()).unwrap_or(i32::MAX),
                 cu_err: 0,
@@ -226,7 +225,7 @@ impl CuFile {
         size: usize,
         file_offset: u64,
         buf_offset: u64,
-    ) -> Result<usize, CuFileError> {
+    ) -> Result<usize, GdsError> {
         let (file_offset, buf_offset) = offsets("cuFileRead", file_offset, buf_offset)?;
         // SAFETY: the caller's contract; a live handle.
         let n = unsafe { (self.read)(file.raw, base, size, file_offset, buf_offset) };
@@ -246,7 +245,7 @@ impl CuFile {
         size: usize,
         file_offset: u64,
         buf_offset: u64,
-    ) -> Result<usize, CuFileError> {
+    ) -> Result<usize, GdsError> {
         let (file_offset, buf_offset) = offsets("cuFileWrite", file_offset, buf_offset)?;
         // SAFETY: the caller's contract; a live handle.
         let n = unsafe { (self.write)(file.raw, base, size, file_offset, buf_offset) };
@@ -259,9 +258,9 @@ pub(super) fn offsets(
     call: &'static str,
     file: u64,
     buf: u64,
-) -> Result<(libc::off_t, libc::off_t), CuFileError> {
+) -> Result<(libc::off_t, libc::off_t), GdsError> {
     let convert = |v: u64| {
-        libc::off_t::try_from(v).map_err(|_| CuFileError::Os {
+        libc::off_t::try_from(v).map_err(|_| GdsError::Os {
             call,
             source: std::io::Error::from_raw_os_error(libc::EOVERFLOW),
         })

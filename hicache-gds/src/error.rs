@@ -1,26 +1,41 @@
-//! What can go wrong with cuFile, each with its name and, where one helps, a hint.
+//! What can go wrong with cuFile and the CUDA runtime, each with its name and, where one
+//! helps, a hint.
 
 use std::path::PathBuf;
 
-use super::sys;
+use crate::cufile::sys;
 
-/// A cuFile failure.
+/// A failure of cuFile or of the CUDA runtime.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum CuFileError {
+pub enum GdsError {
     /// No candidate library could be loaded.
-    #[error("cannot load cuFile: {}; install the CUDA toolkit's GPUDirect Storage package (libcufile.so.0), or name the library with `cufile_path`", tried.iter().map(|(p, why)| format!("{} ({why})", p.display())).collect::<Vec<_>>().join(", "))]
+    #[error("cannot load {library}: {}; {fix}", tried.iter().map(|(p, why)| format!("{} ({why})", p.display())).collect::<Vec<_>>().join(", "))]
     NotFound {
+        /// Which library.
+        library: &'static str,
         /// Each path or name tried, with why it failed.
         tried: Vec<(PathBuf, String)>,
+        /// What to do.
+        fix: &'static str,
     },
     /// The library lacks a function hicache needs.
-    #[error("{path}: no symbol {symbol}; it is not a cuFile library, or one too old (cuFile 1.0 or newer is needed)", path = path.display())]
+    #[error("{path}: no symbol {symbol}; it is not the library expected, or one too old", path = path.display())]
     MissingSymbol {
         /// The library.
         path: PathBuf,
         /// The function.
         symbol: &'static str,
+    },
+    /// A CUDA runtime call returned an error.
+    #[error("{call} failed: {name} ({code})")]
+    Cuda {
+        /// The function.
+        call: &'static str,
+        /// The `cudaError_t`.
+        code: i32,
+        /// Its name, as the runtime gives it.
+        name: String,
     },
     /// A cuFile call returned an error.
     #[error("{call} failed: {name} ({code}){cuda}{hint}", name = sys::op_error_name(*code), cuda = if *code == sys::CUDA_DRIVER_ERROR { format!(", CUDA error {cu_err}") } else { String::new() }, hint = sys::op_error_hint(*code).map(|h| format!("; {h}")).unwrap_or_default())]
@@ -48,7 +63,7 @@ pub enum CuFileError {
         pending: usize,
         /// Why waiting failed.
         #[source]
-        source: Box<CuFileError>,
+        source: Box<GdsError>,
     },
     /// A read or write failed with an OS error.
     #[error("{call} failed: {source}")]
@@ -61,11 +76,11 @@ pub enum CuFileError {
     },
 }
 
-impl CuFileError {
+impl GdsError {
     /// The `CUfileOpError` of a failed call.
     pub fn code(&self) -> Option<i32> {
         match self {
-            CuFileError::Call { code, .. } => Some(*code),
+            GdsError::Call { code, .. } => Some(*code),
             _ => None,
         }
     }
@@ -73,7 +88,7 @@ impl CuFileError {
     /// As hicache reports it, under `plugin`'s name.
     pub fn into_error(self, plugin: &'static str) -> hicache_core::Error {
         match self {
-            CuFileError::Os { call, source } => hicache_core::Error::io(plugin, call, None, source),
+            GdsError::Os { call, source } => hicache_core::Error::io(plugin, call, None, source),
             other => hicache_core::Error::backend_with_source(plugin, other.to_string(), other),
         }
     }
