@@ -55,7 +55,7 @@ pub struct UsageReport {
 }
 
 /// Capacity figures and every object `backend` lists under `prefix`, `page` per listing call.
-/// A plugin that cannot list is the error it returns ([`Error::Unsupported`]).
+/// A plugin that cannot list is the error it returns ([`hicache::Error::Unsupported`]).
 pub async fn usage(
     backend: &dyn StorageBackend,
     prefix: &str,
