@@ -5,6 +5,7 @@
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 
+use crate::dynlib::{function, open_first};
 use crate::error::GdsError;
 
 /// Where the CUDA runtime is looked for when no path is given.
@@ -51,52 +52,22 @@ impl std::fmt::Debug for CudaRuntime {
 impl CudaRuntime {
     /// Loads the runtime from `path`, or from [`SEARCH`] when `None`.
     pub fn load(path: Option<&Path>) -> Result<Self, GdsError> {
-        let candidates: Vec<PathBuf> = match path {
-            Some(p) => vec![p.to_path_buf()],
-            None => SEARCH.iter().map(PathBuf::from).collect(),
-        };
-        let mut tried = Vec::new();
-        for candidate in candidates {
-            // SAFETY: loading runs the library's initialisers, those of NVIDIA's runtime
-            // (or of the library the user named as it).
-            match unsafe { libloading::Library::new(&candidate) } {
-                Ok(library) => return Self::resolve(candidate, library),
-                Err(e) => tried.push((candidate, e.to_string())),
-            }
-        }
-        Err(GdsError::NotFound {
-            library: "the CUDA runtime",
-            tried,
-            fix: "install the CUDA runtime (libcudart.so), or name the library with `cudart_path`",
-        })
-    }
-
-    fn resolve(path: PathBuf, library: libloading::Library) -> Result<Self, GdsError> {
-        /// # Safety
-        /// `T` must be the C type of `symbol` in the CUDA runtime API.
-        unsafe fn get<T: Copy>(
-            library: &libloading::Library,
-            path: &Path,
-            symbol: &'static str,
-        ) -> Result<T, GdsError> {
-            // SAFETY: the caller's contract on `T`; valid while the library is loaded,
-            // which `CudaRuntime` guarantees by owning it.
-            unsafe { library.get::<T>(symbol.as_bytes()) }
-                .map(|s| *s)
-                .map_err(|_| GdsError::MissingSymbol {
-                    path: path.to_path_buf(),
-                    symbol,
-                })
-        }
-        // SAFETY: each type is the function's C signature (cuda_runtime_api.h).
+        let (path, library) = open_first(
+            path,
+            &SEARCH,
+            "the CUDA runtime",
+            "install the CUDA runtime (libcudart.so), or name the library with `cudart_path`",
+        )?;
+        // SAFETY: each type is the function's C signature (cuda_runtime_api.h); the
+        // pointers live in `CudaRuntime` beside the library that owns them.
         unsafe {
             Ok(CudaRuntime {
-                device_count: get(&library, &path, "cudaGetDeviceCount")?,
-                set_device: get(&library, &path, "cudaSetDevice")?,
-                malloc: get(&library, &path, "cudaMalloc")?,
-                free: get(&library, &path, "cudaFree")?,
-                memcpy: get(&library, &path, "cudaMemcpy")?,
-                error_name: get(&library, &path, "cudaGetErrorName")?,
+                device_count: function(&library, &path, "cudaGetDeviceCount")?,
+                set_device: function(&library, &path, "cudaSetDevice")?,
+                malloc: function(&library, &path, "cudaMalloc")?,
+                free: function(&library, &path, "cudaFree")?,
+                memcpy: function(&library, &path, "cudaMemcpy")?,
+                error_name: function(&library, &path, "cudaGetErrorName")?,
                 path,
                 _library: library,
             })

@@ -3,6 +3,7 @@
 
 pub mod cuda;
 pub mod cufile;
+mod dynlib;
 mod error;
 
 pub use error::GdsError;

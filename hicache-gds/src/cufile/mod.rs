@@ -14,6 +14,7 @@ use std::ffi::c_void;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
+use crate::dynlib::{function, open_first};
 use crate::error::GdsError;
 pub use batch::{Batch, Op, Request, status_name};
 
@@ -50,67 +51,34 @@ impl std::fmt::Debug for CuFile {
 impl CuFile {
     /// Loads cuFile from `path`, or from [`SEARCH`] when `None`.
     pub fn load(path: Option<&Path>) -> Result<Self, GdsError> {
-        let candidates: Vec<PathBuf> = match path {
-            Some(p) => vec![p.to_path_buf()],
-            None => SEARCH.iter().map(PathBuf::from).collect(),
-        };
-        let mut tried = Vec::new();
-        for candidate in candidates {
-            // SAFETY: loading runs the library's initialisers; cuFile's are those of a
-            // library meant to be loaded into CUDA programs. A path the user names is
-            // trusted as a cuFile library.
-            match unsafe { libloading::Library::new(&candidate) } {
-                Ok(library) => return Self::resolve(candidate, library),
-                Err(e) => tried.push((candidate, e.to_string())),
-            }
-        }
-        Err(GdsError::NotFound {
-            library: "cuFile",
-            tried,
-            fix: "install the CUDA toolkit's GPUDirect Storage package (libcufile.so.0), or name the library with `cufile_path`",
-        })
-    }
-
-    fn resolve(path: PathBuf, library: libloading::Library) -> Result<Self, GdsError> {
-        /// Copies one function pointer out of the library.
-        ///
-        /// # Safety
-        /// `T` must be the C type of `symbol` in cuFile's API.
-        unsafe fn get<T: Copy>(
-            library: &libloading::Library,
-            path: &Path,
-            symbol: &'static str,
-        ) -> Result<T, GdsError> {
-            // SAFETY: the caller's contract on `T`; the pointer stays valid while the
-            // library is loaded, which `CuFile` guarantees by owning it.
-            unsafe { library.get::<T>(symbol.as_bytes()) }
-                .map(|s| *s)
-                .map_err(|_| GdsError::MissingSymbol {
-                    path: path.to_path_buf(),
-                    symbol,
-                })
-        }
-        // SAFETY: each type is the function's C signature (sys.rs, from cufile.h).
+        let (path, library) = open_first(
+            path,
+            &SEARCH,
+            "cuFile",
+            "install the CUDA toolkit's GPUDirect Storage package (libcufile.so.0), or name the library with `cufile_path`",
+        )?;
+        // SAFETY: each type is the function's C signature (sys.rs, from cufile.h); the
+        // pointers live in `CuFile` beside the library that owns them.
         unsafe {
             Ok(CuFile {
                 stand_in: library
                     .get::<unsafe extern "C" fn()>(b"hicache_cufile_stand_in")
                     .is_ok(),
-                driver_open: get(&library, &path, "cuFileDriverOpen")?,
-                driver_close: get(&library, &path, "cuFileDriverClose")?,
-                handle_register: get(&library, &path, "cuFileHandleRegister")?,
-                handle_deregister: get(&library, &path, "cuFileHandleDeregister")?,
-                buf_register: get(&library, &path, "cuFileBufRegister")?,
-                buf_deregister: get(&library, &path, "cuFileBufDeregister")?,
-                read: get(&library, &path, "cuFileRead")?,
-                write: get(&library, &path, "cuFileWrite")?,
+                driver_open: function(&library, &path, "cuFileDriverOpen")?,
+                driver_close: function(&library, &path, "cuFileDriverClose")?,
+                handle_register: function(&library, &path, "cuFileHandleRegister")?,
+                handle_deregister: function(&library, &path, "cuFileHandleDeregister")?,
+                buf_register: function(&library, &path, "cuFileBufRegister")?,
+                buf_deregister: function(&library, &path, "cuFileBufDeregister")?,
+                read: function(&library, &path, "cuFileRead")?,
+                write: function(&library, &path, "cuFileWrite")?,
                 // Optional: a library without the batch API still serves GDS_MT.
                 batch: (|| -> Result<batch::BatchFns, GdsError> {
                     Ok(batch::BatchFns {
-                        setup: get(&library, &path, "cuFileBatchIOSetUp")?,
-                        submit: get(&library, &path, "cuFileBatchIOSubmit")?,
-                        get_status: get(&library, &path, "cuFileBatchIOGetStatus")?,
-                        destroy: get(&library, &path, "cuFileBatchIODestroy")?,
+                        setup: function(&library, &path, "cuFileBatchIOSetUp")?,
+                        submit: function(&library, &path, "cuFileBatchIOSubmit")?,
+                        get_status: function(&library, &path, "cuFileBatchIOGetStatus")?,
+                        destroy: function(&library, &path, "cuFileBatchIODestroy")?,
                     })
                 })()
                 .ok(),

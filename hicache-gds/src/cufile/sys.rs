@@ -1,7 +1,7 @@
 //! cuFile's C types and constants, as `cufile.h` lays them out on x86-64 Linux, written from
 //! NVIDIA's cuFile API reference. The tests here check the layouts against the stand-in's C
-//! declarations; the layouts and every code below were also compiled against the real
-//! `cufile.h` of cuFile 1.15.1 and matched.
+//! declarations; the layouts, the constants below and the 32 error codes `GdsError` names
+//! were also compiled against the real `cufile.h` of cuFile 1.15.1 and matched.
 
 use std::ffi::{c_int, c_void};
 
@@ -167,75 +167,6 @@ pub type BatchGetStatusFn = unsafe extern "C" fn(
 /// `cuFileBatchIODestroy`.
 pub type BatchDestroyFn = unsafe extern "C" fn(batch: CUfileBatchHandle);
 
-/// The name of a `CUfileOpError` code, as `cufile.h` spells it.
-pub fn op_error_name(code: c_int) -> &'static str {
-    match code {
-        0 => "CU_FILE_SUCCESS",
-        5001 => "CU_FILE_DRIVER_NOT_INITIALIZED",
-        5002 => "CU_FILE_DRIVER_INVALID_PROPS",
-        5003 => "CU_FILE_DRIVER_UNSUPPORTED_LIMIT",
-        5004 => "CU_FILE_DRIVER_VERSION_MISMATCH",
-        5005 => "CU_FILE_DRIVER_VERSION_READ_ERROR",
-        5006 => "CU_FILE_DRIVER_CLOSING",
-        5007 => "CU_FILE_PLATFORM_NOT_SUPPORTED",
-        5008 => "CU_FILE_IO_NOT_SUPPORTED",
-        5009 => "CU_FILE_DEVICE_NOT_SUPPORTED",
-        5010 => "CU_FILE_NVFS_DRIVER_ERROR",
-        5011 => "CU_FILE_CUDA_DRIVER_ERROR",
-        5012 => "CU_FILE_CUDA_POINTER_INVALID",
-        5013 => "CU_FILE_CUDA_MEMORY_TYPE_INVALID",
-        5014 => "CU_FILE_CUDA_POINTER_RANGE_ERROR",
-        5015 => "CU_FILE_CUDA_CONTEXT_MISMATCH",
-        5016 => "CU_FILE_INVALID_MAPPING_SIZE",
-        5017 => "CU_FILE_INVALID_MAPPING_RANGE",
-        5018 => "CU_FILE_INVALID_FILE_TYPE",
-        5019 => "CU_FILE_INVALID_FILE_OPEN_FLAG",
-        5020 => "CU_FILE_DIO_NOT_SET",
-        5022 => "CU_FILE_INVALID_VALUE",
-        5023 => "CU_FILE_MEMORY_ALREADY_REGISTERED",
-        5024 => "CU_FILE_MEMORY_NOT_REGISTERED",
-        5025 => "CU_FILE_PERMISSION_DENIED",
-        5026 => "CU_FILE_DRIVER_ALREADY_OPEN",
-        5027 => "CU_FILE_HANDLE_NOT_REGISTERED",
-        5028 => "CU_FILE_HANDLE_ALREADY_REGISTERED",
-        5029 => "CU_FILE_DEVICE_NOT_FOUND",
-        5030 => "CU_FILE_INTERNAL_ERROR",
-        5031 => "CU_FILE_GETNEWFD_FAILED",
-        5033 => "CU_FILE_NVFS_SETUP_ERROR",
-        5034 => "CU_FILE_IO_DISABLED",
-        _ => "an unknown cuFile error",
-    }
-}
-
-/// What to do about a `CUfileOpError`, where something specific helps.
-pub fn op_error_hint(code: c_int) -> Option<&'static str> {
-    Some(match code {
-        5001 => "the cuFile driver is not open: cuFileDriverOpen must succeed first",
-        5004 | 5005 => "the nvidia-fs module and libcufile do not match: install matching versions",
-        5007 | 5009 => {
-            "this platform or GPU has no GPUDirect Storage; set allow_compat_mode in /etc/cufile.json, or use the POSIX plugin"
-        }
-        5010 | 5033 => {
-            "the nvidia-fs kernel module failed: check `lsmod | grep nvidia_fs` and dmesg, or allow compat mode"
-        }
-        5011 => "a CUDA call inside cuFile failed (cu_err): check the GPU with nvidia-smi",
-        5012..=5014 => {
-            "the buffer is not CUDA memory cuFile accepts: register device memory from cudaMalloc"
-        }
-        5015 => "the buffer belongs to another CUDA context than the calling thread's",
-        5018 => "the file descriptor type is wrong (CUfileDescr_t layout or handle type)",
-        5019 | 5020 => "open the file with O_DIRECT",
-        5023 => "the buffer is already registered",
-        5024 => "register the buffer with cuFileBufRegister first",
-        5025 => "permission denied: check the storage dir's permissions and /etc/cufile.json",
-        5027 => {
-            "cuFile could not register the file: on a VM or container without udev data it cannot read the block device's properties (log: \"udev property not found\"); write /run/udev/data/b<major>:<minor> with E:ID_FS_USAGE=filesystem and E:ID_FS_TYPE=<fs> for the storage dir's disk, or use the POSIX plugin"
-        }
-        5034 => "GPUDirect Storage is disabled for this file by /etc/cufile.json",
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,16 +186,5 @@ mod tests {
         assert_eq!(size_of::<CUfileIOEvents>(), 24);
         assert_eq!(offset_of!(CUfileIOEvents, status), 8);
         assert_eq!(offset_of!(CUfileIOEvents, ret), 16);
-    }
-
-    #[test]
-    fn every_named_code_has_its_name_and_the_udev_trap_its_hint() {
-        assert_eq!(
-            op_error_name(HANDLE_NOT_REGISTERED),
-            "CU_FILE_HANDLE_NOT_REGISTERED"
-        );
-        assert_eq!(op_error_name(4242), "an unknown cuFile error");
-        assert!(op_error_hint(5027).unwrap().contains("/run/udev/data"));
-        assert!(op_error_hint(4242).is_none());
     }
 }
