@@ -3,57 +3,23 @@
 //! and writes, and every error mapped with its name and hint. What only NVIDIA's cuFile
 //! with GPU memory shows is run on a CUDA machine, not here.
 
-use std::ffi::{CString, c_char, c_int, c_void};
+mod support;
+
+use std::ffi::{c_int, c_void};
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use hicache_gds::GdsError;
 use hicache_gds::cufile::{CuFile, Op, Request, sys};
+use support::{fail, scratch_file, serial, stand_in_fn};
 
-/// The stand-in, built once per test binary.
-fn stand_in() -> &'static Path {
-    static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &BUILT
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let lib = hicache_testkit::standins::cufile(dir.path()).unwrap();
-            (dir, lib)
-        })
-        .1
-}
-
-/// The stand-in's injected failures are process-wide: tests that call it take turns.
-fn serial() -> MutexGuard<'static, ()> {
-    static TURN: Mutex<()> = Mutex::new(());
-    TURN.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A function only the stand-in exports.
-fn stand_in_fn<T: Copy>(symbol: &str) -> T {
-    // SAFETY: the stand-in's own library; the caller names the symbol's C type. The
-    // library stays loaded for the test's life (the handle is leaked), so the pointer does
-    // not dangle.
-    unsafe {
-        let lib = libloading::Library::new(stand_in()).unwrap();
-        let f: T = *lib.get::<T>(symbol.as_bytes()).unwrap();
-        std::mem::forget(lib);
-        f
-    }
-}
-
-/// Makes the stand-in's `call` fail with `code` until cleared with 0.
-fn fail(call: &str, code: c_int) {
-    let f: unsafe extern "C" fn(*const c_char, c_int) = stand_in_fn("hicache_cufile_stand_in_fail");
-    let call = CString::new(call).unwrap();
-    // SAFETY: a NUL-terminated name and a code.
-    unsafe { f(call.as_ptr(), code) };
+fn stand_in() -> &'static std::path::Path {
+    support::cufile()
 }
 
 #[test]
 fn the_stand_in_declares_the_layout_hicache_uses() {
     let layout: unsafe extern "C" fn(c_int) -> usize =
-        stand_in_fn("hicache_cufile_stand_in_layout");
+        stand_in_fn(stand_in(), "hicache_cufile_stand_in_layout");
     // SAFETY: a pure function of its argument.
     let c = |what| unsafe { layout(what) };
     assert_eq!(c(0), size_of::<sys::CUfileDescr>());
@@ -73,13 +39,7 @@ fn a_batch_writes_and_reads_pages_and_reports_each_request() {
     let cufile = CuFile::load(Some(stand_in())).unwrap();
     cufile.open_driver().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(dir.path().join("pages"))
-        .unwrap();
+    let file = scratch_file(dir.path(), "pages");
     let handle = cufile.register_file(file.as_fd()).unwrap();
     const PAGE: usize = 16 << 10;
     let mut out: Vec<u8> = (0..4 * PAGE).map(|i| (i % 253) as u8).collect();
@@ -147,13 +107,7 @@ fn a_page_goes_to_a_file_and_back_through_registered_buffers() {
     assert!(cufile.is_stand_in());
     cufile.open_driver().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(dir.path().join("page"))
-        .unwrap();
+    let file = scratch_file(dir.path(), "page");
     let handle = cufile.register_file(file.as_fd()).unwrap();
     let out: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
     let mut back = vec![0u8; 64 << 10];

@@ -3,62 +3,32 @@
 //! cudaMemcpy, registered with cuFile, written to a file and read back into another.
 //! Real GPU memory is exercised by the `cufile_round_trip` example on a CUDA machine.
 
+mod support;
+
 use std::ffi::c_int;
 use std::os::fd::AsFd;
-use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
 
 use hicache_gds::GdsError;
 use hicache_gds::cuda::CudaRuntime;
 use hicache_gds::cufile::CuFile;
 
-/// Both stand-ins, built once; the device count is process-wide, so tests take turns.
-fn stand_ins() -> (
-    MutexGuard<'static, (tempfile::TempDir, PathBuf, PathBuf)>,
-    PathBuf,
-    PathBuf,
-) {
-    static ONCE: std::sync::OnceLock<Mutex<(tempfile::TempDir, PathBuf, PathBuf)>> =
-        std::sync::OnceLock::new();
-    let cell = ONCE.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let cufile = hicache_testkit::standins::cufile(dir.path()).unwrap();
-        let cudart = hicache_testkit::standins::cudart(dir.path()).unwrap();
-        Mutex::new((dir, cufile, cudart))
-    });
-    let guard = cell.lock().unwrap_or_else(|e| e.into_inner());
-    let (cufile, cudart) = (guard.1.clone(), guard.2.clone());
-    (guard, cufile, cudart)
-}
-
-fn set_devices(cudart: &std::path::Path, n: c_int) {
-    // SAFETY: the stand-in's own function; the library stays loaded (leaked handle).
-    unsafe {
-        let lib = libloading::Library::new(cudart).unwrap();
-        let f = *lib
-            .get::<unsafe extern "C" fn(c_int)>(b"hicache_cudart_stand_in_devices")
-            .unwrap();
-        std::mem::forget(lib);
-        f(n);
-    }
+fn set_devices(n: c_int) {
+    let f: unsafe extern "C" fn(c_int) =
+        support::stand_in_fn(support::cudart(), "hicache_cudart_stand_in_devices");
+    // SAFETY: a device count.
+    unsafe { f(n) };
 }
 
 #[test]
 fn device_buffers_go_to_a_file_and_back() {
-    let (_turn, cufile_path, cudart_path) = stand_ins();
-    let cuda = CudaRuntime::load(Some(&cudart_path)).unwrap();
+    let _turn = support::serial();
+    let cuda = CudaRuntime::load(Some(support::cudart())).unwrap();
     assert_eq!(cuda.device_count().unwrap(), 1);
     cuda.set_device(0).unwrap();
-    let cufile = CuFile::load(Some(&cufile_path)).unwrap();
+    let cufile = CuFile::load(Some(support::cufile())).unwrap();
     cufile.open_driver().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(dir.path().join("page"))
-        .unwrap();
+    let file = support::scratch_file(dir.path(), "page");
     let handle = cufile.register_file(file.as_fd()).unwrap();
     let page: Vec<u8> = (0..256 << 10).map(|i| (i * 7 % 251) as u8).collect();
     let mut src = cuda.alloc(page.len()).unwrap();
@@ -97,13 +67,13 @@ fn device_buffers_go_to_a_file_and_back() {
 
 #[test]
 fn no_gpu_and_no_runtime_are_named() {
-    let (_turn, _, cudart_path) = stand_ins();
-    let cuda = CudaRuntime::load(Some(&cudart_path)).unwrap();
-    set_devices(&cudart_path, 0);
+    let _turn = support::serial();
+    let cuda = CudaRuntime::load(Some(support::cudart())).unwrap();
+    set_devices(0);
     let count = cuda.device_count();
     let alloc = cuda.alloc(16).map(|_| ());
     let set = cuda.set_device(0);
-    set_devices(&cudart_path, 1);
+    set_devices(1);
     for e in [count.map(|_| ()), alloc, set] {
         let e = e.unwrap_err();
         assert!(
