@@ -5,5 +5,6 @@ pub mod cuda;
 pub mod cufile;
 mod dynlib;
 mod error;
+pub mod probe;
 
 pub use error::GdsError;
