@@ -12,7 +12,7 @@ fn main() -> ExitCode {
         Ok(found) => {
             println!(
                 "usable: {}{}, {:?} mode, dirs checked: {:?}",
-                found.library.display(),
+                found.loaded_from.display(),
                 if found.stand_in {
                     " (hicache's stand-in)"
                 } else {

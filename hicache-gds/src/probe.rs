@@ -35,7 +35,7 @@ pub fn mode() -> Mode {
 #[derive(Debug)]
 pub struct Found {
     /// The library loaded.
-    pub library: PathBuf,
+    pub loaded_from: PathBuf,
     /// Whether it is hicache's test stand-in.
     pub stand_in: bool,
     /// Compat or P2P.
@@ -58,7 +58,7 @@ pub fn probe(dirs: &[PathBuf], library: Option<&Path>) -> Result<Found, ProbeErr
     let dirs = checked?;
     closed.map_err(|e| ProbeError::at(None, e))?;
     Ok(Found {
-        library: cufile.path().to_path_buf(),
+        loaded_from: cufile.path().to_path_buf(),
         stand_in: cufile.is_stand_in(),
         mode: mode(),
         dirs,

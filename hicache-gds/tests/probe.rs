@@ -19,7 +19,7 @@ fn every_dir_is_checked_with_a_registered_file_and_leaves_nothing() {
     let found = probe(&dirs, Some(support::cufile())).unwrap();
     assert_eq!(found.dirs, dirs);
     assert!(found.stand_in);
-    assert_eq!(found.library, support::cufile());
+    assert_eq!(found.loaded_from, support::cufile());
     let nvidia_fs = std::path::Path::new("/sys/module/nvidia_fs").exists();
     assert_eq!(found.mode == Mode::P2p, nvidia_fs);
     for d in &dirs {

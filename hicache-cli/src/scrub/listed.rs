@@ -107,7 +107,6 @@ pub async fn scrub_backend(
             for listed in &objects {
                 let name = listed.key.as_str();
                 let finding = if listed.size > opts.max_object_bytes {
-                    report.files += 1;
                     Some((
                         "unreadable",
                         format!(
@@ -133,7 +132,6 @@ pub async fn scrub_backend(
                             continue;
                         }
                         Some(Ok(ReadOutcome::Hit)) => {
-                            report.files += 1;
                             let bytes =
                                 region.source(0, listed.size, "scrub")?.into_host_bytes()?;
                             check_object(
@@ -145,16 +143,12 @@ pub async fn scrub_backend(
                             )
                         }
                         Some(Ok(ReadOutcome::Miss(other))) => {
-                            report.files += 1;
                             Some(("corrupt", format!("{} reports: {other}", info.name)))
                         }
-                        Some(Err(e)) => {
-                            report.files += 1;
-                            Some((
-                                "unreadable",
-                                format!("cannot read it through {}: {e}", info.name),
-                            ))
-                        }
+                        Some(Err(e)) => Some((
+                            "unreadable",
+                            format!("cannot read it through {}: {e}", info.name),
+                        )),
                         None => {
                             return Err(Error::PluginContract {
                                 plugin: info.name.clone(),
@@ -163,6 +157,8 @@ pub async fn scrub_backend(
                         }
                     }
                 };
+                // Skipped objects left above; every other one was looked at.
+                report.files += 1;
                 progress.set_message(format!("{} objects", report.files));
                 if let Some((kind, reason)) = finding {
                     let deleted = opts.delete
