@@ -75,6 +75,38 @@ impl ParamSpec {
     }
 }
 
+/// `first` then `then` as one list, at compile time: for a plugin whose parameters are
+/// another's plus its own (the GDS plugins take the POSIX file layer's). `N` must be the sum
+/// of the lengths (a compile error otherwise):
+///
+/// ```
+/// use hicache_core::raw::{ParamKind, ParamSpec, join_params};
+/// const SHARED: &[ParamSpec] = &[ParamSpec::new("sync", ParamKind::Bool, "flush writes")];
+/// const OWN: &[ParamSpec] = &[ParamSpec::new("depth", ParamKind::UInt, "requests in flight")];
+/// const ALL: [ParamSpec; SHARED.len() + OWN.len()] = join_params(SHARED, OWN);
+/// assert_eq!(ALL.map(|p| p.name), ["sync", "depth"]);
+/// ```
+pub const fn join_params<const N: usize>(
+    first: &[ParamSpec],
+    then: &[ParamSpec],
+) -> [ParamSpec; N] {
+    assert!(
+        first.len() + then.len() == N,
+        "N must be the sum of both lengths"
+    );
+    let mut out = [ParamSpec::new("", ParamKind::Bool, ""); N];
+    let mut i = 0;
+    while i < N {
+        out[i] = if i < first.len() {
+            first[i]
+        } else {
+            then[i - first.len()]
+        };
+        i += 1;
+    }
+    out
+}
+
 /// The validated parameters of one plugin. `Debug` and `Display` redact secrets.
 #[derive(Clone, Default)]
 pub struct PluginParams {

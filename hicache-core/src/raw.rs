@@ -18,7 +18,9 @@ pub use crate::memory::{
     Access, AlignedBuf, HostBytes, MemKind, MemoryOwner, MemoryRegion, RegionId, RegionTable,
     Slice, SourceSlice, TargetSlice, align_up, check_aligned, scatter_into,
 };
-pub use crate::params::{DeclaredParams, ParamKind, ParamSpec, ParamType, PluginParams};
+pub use crate::params::{
+    DeclaredParams, ParamKind, ParamSpec, ParamType, PluginParams, join_params,
+};
 pub use crate::plugin_name::PluginName;
 pub use crate::probe::{Findings, Probe};
 pub use crate::registry::{

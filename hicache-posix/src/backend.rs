@@ -14,6 +14,7 @@ use hicache_core::{Error, MemKind, MemoryRegion, ReadOutcome, Result};
 
 use crate::NAME;
 use crate::config::{EngineChoice, PosixConfig};
+use crate::data_path::DataPath;
 use crate::fsinfo::{self, FsInfo};
 use crate::known::{self, KnownNames, Seen};
 use crate::plan::{Held, OpKind, Outcome, Plan};
@@ -63,7 +64,10 @@ impl Engine {
 
     fn describe(&self) -> String {
         match self {
-            Engine::Threads(t) => format!("threads ({})", t.threads()),
+            Engine::Threads(t) => match t.path() {
+                Some(path) => format!("threads ({}) over {}", t.threads(), path.describe()),
+                None => format!("threads ({})", t.threads()),
+            },
             Engine::Uring(u) => format!("io_uring (queue depth {})", u.queue_depth()),
         }
     }
@@ -72,6 +76,8 @@ impl Engine {
 /// O_DIRECT files under one or more storage dirs.
 #[derive(Debug)]
 pub struct PosixBackend {
+    /// The plugin this backend serves (POSIX, or one that plugs in its own data path).
+    name: &'static str,
     regions: RegionTable,
     roots: Arc<[Root]>,
     root_info: Vec<RootInfo>,
@@ -97,17 +103,45 @@ impl PosixBackend {
     /// probe where it examined that dir (`probed` in routing order), so nothing is tested
     /// twice.
     pub(crate) fn open(cfg: &PosixConfig, probed: &[Option<DirProbe>]) -> Result<Self> {
+        Self::build(NAME, cfg, probed, None)
+    }
+
+    /// A backend of plugin `name` over the same file layer, whose objects' bytes move
+    /// through `path` (see [`crate::data_path`]) on the thread pool; `cfg.engine` must not
+    /// ask for io_uring. Memory kinds the path accepts can be registered; errors name
+    /// `name`.
+    pub fn with_data_path(
+        name: &'static str,
+        cfg: &PosixConfig,
+        path: Arc<dyn DataPath>,
+    ) -> Result<Self> {
+        if cfg.engine == EngineChoice::Uring {
+            return Err(Error::invalid_config(
+                "engine",
+                name,
+                format!("{name} moves bytes with {}, not io_uring", path.describe()),
+            ));
+        }
+        Self::build(name, cfg, &[], Some(path))
+    }
+
+    fn build(
+        name: &'static str,
+        cfg: &PosixConfig,
+        probed: &[Option<DirProbe>],
+        path: Option<Arc<dyn DataPath>>,
+    ) -> Result<Self> {
         if cfg.dirs.is_empty() {
             return Err(Error::invalid_config(
                 "storage_dir",
-                NAME,
+                name,
                 "no storage dir given",
             ));
         }
         let mut roots = Vec::with_capacity(cfg.dirs.len());
         let mut root_info = Vec::with_capacity(cfg.dirs.len());
         for (i, dir) in cfg.dirs.iter().enumerate() {
-            let root_dir = prepare_dir(dir, cfg.dir_mode)?;
+            let root_dir = prepare_dir(name, dir, cfg.dir_mode)?;
             let known = probed
                 .get(i)
                 .and_then(Option::as_ref)
@@ -115,7 +149,7 @@ impl PosixBackend {
             let fs = match known {
                 Some(p) => p.fs.clone(),
                 None => fsinfo::fs_info(dir)
-                    .map_err(|e| Error::io(NAME, "statfs", Some(dir.clone()), e))?,
+                    .map_err(|e| Error::io(name, "statfs", Some(dir.clone()), e))?,
             };
             // Why O_DIRECT cannot be used in this dir, if it cannot; the probe's answer
             // where it examined the dir, a test of our own otherwise.
@@ -150,7 +184,12 @@ impl PosixBackend {
                 Some(
                     crate::spare::SparePool::new(&root_dir, cfg.spare_bytes, cfg.dir_mode)
                         .map_err(|e| {
-                            dir_error("create spare dir", dir.join(crate::spare::SPARE_DIR), e)
+                            dir_error(
+                                name,
+                                "create spare dir",
+                                dir.join(crate::spare::SPARE_DIR),
+                                e,
+                            )
                         })?,
                 )
             } else {
@@ -179,16 +218,17 @@ impl PosixBackend {
             .unwrap_or(1);
         let roots: Arc<[Root]> = roots.into();
         let engine = match cfg.engine {
-            EngineChoice::Threads | EngineChoice::Auto => {
-                Engine::Threads(start_threads(cfg, &roots, &root_info, alignment)?)
-            }
+            EngineChoice::Threads | EngineChoice::Auto => Engine::Threads(start_threads(
+                name, cfg, &roots, &root_info, alignment, path,
+            )?),
             EngineChoice::Uring => Engine::Uring(
                 UringEngine::new(cfg.queue_depth, roots.clone(), alignment)
                     .map_err(|e| Error::io(NAME, "io_uring setup", None, e))?,
             ),
         };
         Ok(PosixBackend {
-            regions: RegionTable::new(NAME),
+            name,
+            regions: RegionTable::new(name),
             roots,
             engine,
             alignment,
@@ -202,6 +242,22 @@ impl PosixBackend {
             from_index: Default::default(),
             root_info,
         })
+    }
+
+    /// The data path plugged in with [`with_data_path`](Self::with_data_path), if any.
+    fn path(&self) -> Option<&dyn DataPath> {
+        match &self.engine {
+            Engine::Threads(t) => t.path(),
+            Engine::Uring(_) => None,
+        }
+    }
+
+    /// Whether memory of `kind` can be registered: host memory, or what the data path moves.
+    fn accepts(&self, kind: MemKind) -> bool {
+        match self.path() {
+            Some(p) => p.accepts(kind),
+            None => kind == MemKind::Host,
+        }
     }
 
     /// Facts about each storage dir.
@@ -290,7 +346,7 @@ impl PosixBackend {
             let (addr, len) = (v.iov_base as u64, v.iov_len as u64);
             if align > 1 && (addr % align != 0 || len % align != 0) {
                 return Err(Error::Misaligned {
-                    component: NAME.into(),
+                    component: self.name.into(),
                     what: format!(
                         "segment {i} of object {key} (region {}, offset {})",
                         s.region, s.offset
@@ -307,7 +363,7 @@ impl PosixBackend {
     }
 
     fn transfer_plan(&self, kind: OpKind, items: &[(&ObjectKey, &[Slice])]) -> Plan {
-        let mut plan = Plan::new(kind, self.sync, items.len());
+        let mut plan = Plan::new(self.name, kind, self.sync, items.len());
         let mut iov = Vec::with_capacity(4);
         let mut pins = Vec::with_capacity(4);
         for (key, segments) in items {
@@ -337,7 +393,7 @@ impl PosixBackend {
     }
 
     fn key_plan(&self, kind: OpKind, keys: &[ObjectKey]) -> Plan {
-        let mut plan = Plan::new(kind, self.sync, keys.len());
+        let mut plan = Plan::new(self.name, kind, self.sync, keys.len());
         for key in keys {
             plan.push(key.as_str(), self.route(key), &[], None);
         }
@@ -349,11 +405,12 @@ impl PosixBackend {
 fn collect<T>(plan: &Plan, pick: impl Fn(Outcome) -> Option<T>) -> Vec<Result<T>> {
     (0..plan.len())
         .map(|i| match plan.take(i) {
-            Some(Ok(outcome)) => pick(outcome)
-                .ok_or_else(|| Error::backend(NAME, "engine returned the wrong kind of result")),
+            Some(Ok(outcome)) => pick(outcome).ok_or_else(|| {
+                Error::backend(plan.plugin, "engine returned the wrong kind of result")
+            }),
             Some(Err(e)) => Err(e),
             None => Err(Error::backend(
-                NAME,
+                plan.plugin,
                 "the I/O engine stopped before this item ran",
             )),
         })
@@ -374,41 +431,44 @@ fn default_threads(roots: &[RootInfo]) -> usize {
 }
 
 fn start_threads(
+    name: &'static str,
     cfg: &PosixConfig,
     roots: &Arc<[Root]>,
     info: &[RootInfo],
     align: u64,
+    path: Option<Arc<dyn DataPath>>,
 ) -> Result<ThreadEngine> {
     let threads = if cfg.threads == 0 {
         default_threads(info)
     } else {
         cfg.threads
     };
-    ThreadEngine::new(threads, roots.clone(), align)
-        .map_err(|e| Error::io(NAME, "spawn I/O threads", None, e))
+    ThreadEngine::new(threads, roots.clone(), align, path)
+        .map_err(|e| Error::io(name, "spawn I/O threads", None, e))
 }
 
 /// A failed dir operation as the core error: a link met under the root is
 /// [`Error::UnsafePath`].
-fn dir_error(op: &'static str, path: PathBuf, e: std::io::Error) -> Error {
-    crate::plan::to_error(crate::root::IoFailure { op, path, error: e })
+fn dir_error(plugin: &'static str, op: &'static str, path: PathBuf, e: std::io::Error) -> Error {
+    crate::plan::to_error(plugin, crate::root::IoFailure { op, path, error: e })
 }
 
 /// Creates a storage dir and its 256 bucket dirs (`00`..`ff`) with `mode`, and opens it. The
 /// configured path may itself be a link; nothing beneath it may be.
-fn prepare_dir(dir: &Path, mode: u32) -> Result<crate::beneath::RootDir> {
+fn prepare_dir(plugin: &'static str, dir: &Path, mode: u32) -> Result<crate::beneath::RootDir> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(mode)
         .create(dir)
-        .map_err(|e| Error::io(NAME, "create storage dir", Some(dir.to_path_buf()), e))?;
+        .map_err(|e| Error::io(plugin, "create storage dir", Some(dir.to_path_buf()), e))?;
     let root = crate::beneath::RootDir::open(dir, mode)
-        .map_err(|e| Error::io(NAME, "open storage dir", Some(dir.to_path_buf()), e))?;
+        .map_err(|e| Error::io(plugin, "open storage dir", Some(dir.to_path_buf()), e))?;
     for b in 0..=255u8 {
         let name = bucket_name(b);
         root.bucket(name).map_err(|e| {
             dir_error(
+                plugin,
                 "create bucket dir",
                 dir.join(std::str::from_utf8(&name).expect("hex")),
                 e,
@@ -439,12 +499,14 @@ impl StorageBackend for PosixBackend {
         let mut capability = Capability::default();
         capability.direct_io = self.direct_io;
         capability.io_alignment = self.alignment;
-        capability.host_memory = true;
+        capability.host_memory = self.accepts(MemKind::Host);
+        capability.device_memory = self.accepts(MemKind::Device { device: 0 });
+        capability.gpu_direct = self.path().is_some_and(|p| p.gpu_direct());
         capability.atomic_publish = true;
         capability.max_segments = MAX_SEGMENTS;
         capability.persistent = true;
         BackendInfo {
-            name: NAME.into(),
+            name: self.name.into(),
             version: env!("CARGO_PKG_VERSION").into(),
             kind: BackendKind::File,
             capability,
@@ -458,14 +520,18 @@ impl StorageBackend for PosixBackend {
     }
 
     fn register(&self, region: MemoryRegion) -> Result<RegionId> {
-        if region.kind() != MemKind::Host {
+        if !self.accepts(region.kind()) {
+            let hint = match self.path() {
+                None => format!("{NAME} moves host memory; use the GDS plugin for GPU memory"),
+                Some(p) => format!("{} moves memory with {}", self.name, p.describe()),
+            };
             return Err(Error::Unsupported {
-                component: NAME.into(),
-                operation: format!(
-                    "registering {} memory (POSIX moves host memory; use the GDS plugin for GPU memory)",
-                    region.kind()
-                ),
+                component: self.name.into(),
+                operation: format!("registering {} memory ({hint})", region.kind()),
             });
+        }
+        if let Some(path) = self.path() {
+            path.register(&region)?;
         }
         let (addr, len) = (region.addr(), region.len());
         let id = self.regions.insert(region);
@@ -482,6 +548,9 @@ impl StorageBackend for PosixBackend {
         if let Engine::Uring(u) = &self.engine {
             // The ring must let go of the buffer before the memory can be released.
             u.unregister_buffer(id.0);
+        }
+        if let Some(path) = self.path() {
+            path.deregister(&region)?;
         }
         drop(region);
         Ok(())
@@ -523,7 +592,7 @@ impl StorageBackend for PosixBackend {
         known.refresh();
         let mut answers: Vec<Option<Result<bool>>> = Vec::with_capacity(keys.len());
         let mut asked = Vec::new();
-        let mut plan = Plan::new(OpKind::Exists, self.sync, keys.len());
+        let mut plan = Plan::new(self.name, OpKind::Exists, self.sync, keys.len());
         for (i, key) in keys.iter().enumerate() {
             let (root, bucket) = self.route(key);
             let name = key.as_str().as_bytes();
@@ -571,7 +640,9 @@ impl StorageBackend for PosixBackend {
         }
         answers
             .into_iter()
-            .map(|a| a.unwrap_or_else(|| Err(Error::backend(NAME, "exists: a key got no answer"))))
+            .map(|a| {
+                a.unwrap_or_else(|| Err(Error::backend(self.name, "exists: a key got no answer")))
+            })
             .collect()
     }
 
@@ -600,7 +671,7 @@ impl StorageBackend for PosixBackend {
         let mut free = 0u64;
         for r in &self.root_info {
             let (f, t) = fsinfo::space(&r.path)
-                .map_err(|e| Error::io(NAME, "statvfs", Some(r.path.clone()), e))?;
+                .map_err(|e| Error::io(self.name, "statvfs", Some(r.path.clone()), e))?;
             total += t;
             free += f;
         }

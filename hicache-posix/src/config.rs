@@ -20,6 +20,19 @@ hicache_core::plugin_params! {
         queue_depth: UInt = "queue_depth"
             => "io_uring submission queue entries, a power of two in 8..=4096 (objects in flight: depth / 5)",
             default("256");
+        use_uring: Bool = "use_uring"
+            => "NIXL compatibility: true means engine = uring (use_uring, use_aio and use_posix_aio exclude each other)";
+        use_aio: Bool = "use_aio"
+            => "NIXL compatibility: accepted; Linux AIO is served by the thread-pool engine";
+        use_posix_aio: Bool = "use_posix_aio"
+            => "NIXL compatibility: accepted; POSIX AIO is served by the thread-pool engine";
+    }
+}
+
+hicache_core::plugin_params! {
+    /// The file layer's parameters: POSIX takes them, and so does every plugin built on the
+    /// layer with its own data path (GDS, GDS_MT).
+    pub struct FileLayerParams {
         sync: OneOf["none", "data", "full"] = "sync"
             => "what a write flushes before it returns: none (survives a process kill), data (fdatasync the file before publishing it), full (data, then fsync the bucket dir after the rename: the new object survives power loss)",
             default("none");
@@ -31,17 +44,18 @@ hicache_core::plugin_params! {
             default("0o600");
         dir_mode: UInt = "dir_mode" => "permission bits of the dirs hicache creates",
             default("0o700");
-        use_uring: Bool = "use_uring"
-            => "NIXL compatibility: true means engine = uring (use_uring, use_aio and use_posix_aio exclude each other)";
-        use_aio: Bool = "use_aio"
-            => "NIXL compatibility: accepted; Linux AIO is served by the thread-pool engine";
-        use_posix_aio: Bool = "use_posix_aio"
-            => "NIXL compatibility: accepted; POSIX AIO is served by the thread-pool engine";
     }
 }
 
-/// Parameters accepted in `[plugin.posix]` (or the flat form).
-pub const PARAMS: &[ParamSpec] = PosixParams::SPECS;
+/// The file layer's parameters (see [`FileLayerParams`]).
+pub const FILE_LAYER_PARAMS: &[ParamSpec] = FileLayerParams::SPECS;
+
+const ALL: [ParamSpec; PosixParams::SPECS.len() + FILE_LAYER_PARAMS.len()] =
+    hicache_core::raw::join_params(PosixParams::SPECS, FILE_LAYER_PARAMS);
+
+/// Parameters accepted in `[plugin.posix]` (or the flat form): [`PosixParams`], then the
+/// file layer's.
+pub const PARAMS: &[ParamSpec] = &ALL;
 
 /// Which engine runs I/O.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -104,9 +118,11 @@ pub(crate) const DEFAULT_FILE_MODE: u32 = 0o600;
 pub(crate) const DEFAULT_DIR_MODE: u32 = 0o700;
 
 impl PosixConfig {
-    /// Reads the plugin context.
+    /// Reads the plugin context. A plugin that declares only the file layer's parameters
+    /// (and perhaps `threads`) gets the thread-pool engine with defaults for the rest.
     pub fn from_context(ctx: &PluginContext<'_>) -> Result<Self> {
         let p = PosixParams::from_params(ctx.params);
+        let f = FileLayerParams::from_params(ctx.params);
         let value = |s: &Option<Setting<bool>>| s.as_ref().is_some_and(|s| s.value);
         let nixl_modes = [
             value(&p.use_uring),
@@ -164,16 +180,16 @@ impl PosixConfig {
                 )),
             }
         };
-        let file_mode = mode("file_mode", &p.file_mode, DEFAULT_FILE_MODE)?;
-        let dir_mode = mode("dir_mode", &p.dir_mode, DEFAULT_DIR_MODE)?;
+        let file_mode = mode("file_mode", &f.file_mode, DEFAULT_FILE_MODE)?;
+        let dir_mode = mode("dir_mode", &f.dir_mode, DEFAULT_DIR_MODE)?;
         if dir_mode & 0o100 == 0 {
             return Err(Error::invalid_config(
                 "dir_mode",
-                source(&p.dir_mode),
+                source(&f.dir_mode),
                 format!("{dir_mode:#o} leaves the owner no search (x) permission on its own dirs"),
             ));
         }
-        let spare_bytes = match (&p.spare_bytes, ctx.config.page_format.value) {
+        let spare_bytes = match (&f.spare_bytes, ctx.config.page_format.value) {
             (Some(s), hicache_core::PageFormat::Envelope) => s.value,
             (Some(s), hicache_core::PageFormat::Raw) if s.value > 0 => {
                 return Err(Error::invalid_config(
@@ -193,7 +209,7 @@ impl PosixConfig {
             engine,
             threads: threads as usize,
             queue_depth: queue_depth as u32,
-            sync: match p.sync.as_ref().map(|s| s.value.as_str()) {
+            sync: match f.sync.as_ref().map(|s| s.value.as_str()) {
                 Some("data") => SyncMode::Data,
                 Some("full") => SyncMode::Full,
                 _ => SyncMode::None,

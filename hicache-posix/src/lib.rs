@@ -4,6 +4,7 @@
 mod backend;
 mod beneath;
 mod config;
+pub mod data_path;
 mod flight;
 mod fsinfo;
 mod inspect;
@@ -20,7 +21,9 @@ mod threads;
 mod uring;
 
 pub use backend::{Flushes, PosixBackend, RootInfo};
-pub use config::{EngineChoice, PARAMS, PosixConfig, PosixParams, SyncMode};
+pub use config::{
+    EngineChoice, FILE_LAYER_PARAMS, FileLayerParams, PARAMS, PosixConfig, PosixParams, SyncMode,
+};
 pub use fsinfo::{FALLBACK_ALIGN, FsInfo, fs_info, space};
 pub use inspect::{RootContents, inspect_root};
 pub use probe::{DirProbe, DirProblem, PosixFindings, probe_dir};

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use hicache_core::raw::{SourceSlice, TargetSlice};
 use hicache_core::{Error, Result};
 
-use crate::NAME;
-use crate::io;
+use crate::data_path::DataPath;
+use crate::io::{self, Progress, Running};
+use crate::protocol::op::Op;
 pub(crate) use crate::protocol::{OpKind, Outcome};
 use crate::root::{IoFailure, Root};
 
@@ -24,6 +25,8 @@ pub(crate) enum Held {
 /// One batch, owned, so engine threads can run it after the caller's borrow ends.
 #[derive(Debug)]
 pub(crate) struct Plan {
+    /// The plugin, for errors.
+    pub(crate) plugin: &'static str,
     pub(crate) kind: OpKind,
     pub(crate) sync: crate::config::SyncMode,
     names: Vec<u8>,
@@ -52,8 +55,14 @@ unsafe impl Send for Plan {}
 unsafe impl Sync for Plan {}
 
 impl Plan {
-    pub(crate) fn new(kind: OpKind, sync: crate::config::SyncMode, items: usize) -> Self {
+    pub(crate) fn new(
+        plugin: &'static str,
+        kind: OpKind,
+        sync: crate::config::SyncMode,
+        items: usize,
+    ) -> Self {
         Plan {
+            plugin,
             kind,
             sync,
             names: Vec::with_capacity(items * 80),
@@ -149,44 +158,138 @@ impl Plan {
         &self.iov[start..self.iov_ends[i]]
     }
 
-    /// Runs item `i` with blocking syscalls and stores its result.
-    pub(crate) fn run_item(&self, i: usize, roots: &[Root], scratch: &mut io::ReadScratch) {
+    /// Runs item `i` with blocking syscalls (bytes moved by `path` when there is one) and
+    /// stores its result.
+    pub(crate) fn run_item(
+        &self,
+        i: usize,
+        roots: &[Root],
+        scratch: &mut io::ReadScratch,
+        path: Option<&dyn DataPath>,
+    ) {
         if !self.prepared[i] {
             return;
         }
         if self.is_cancelled() {
-            self.set(i, Err(cancelled()));
+            self.set(i, Err(self.cancelled()));
             return;
         }
+        let root = &roots[self.routes[i].0];
+        let result = self
+            .begin(i, roots)
+            .and_then(|op| io::run(root, op, self.iov(i), scratch, path));
+        self.set(i, result.map_err(|f| self.error(f)));
+    }
+
+    /// Runs items `items` together, in step: each runs its system calls until it needs its
+    /// bytes moved, then the transfers of all of them go to `path` in one
+    /// [`DataPath::transfer_batch`] call, and so on until every item has ended.
+    pub(crate) fn run_together(
+        &self,
+        items: std::ops::Range<usize>,
+        roots: &[Root],
+        scratch: &mut io::ReadScratch,
+        path: &dyn DataPath,
+    ) {
+        let mut running: Vec<(usize, Running)> = Vec::with_capacity(items.len());
+        for i in items {
+            if !self.prepared[i] {
+                continue;
+            }
+            if self.is_cancelled() {
+                self.set(i, Err(self.cancelled()));
+                continue;
+            }
+            match self.begin(i, roots) {
+                Ok(op) => running.push((i, Running::new(op))),
+                Err(f) => self.set(i, Err(self.error(f))),
+            }
+        }
+        while !running.is_empty() {
+            // Every item runs until it waits for a transfer or ends.
+            running.retain_mut(|(i, r)| {
+                let root = &roots[self.routes[*i].0];
+                match r.drive(root, self.iov(*i), scratch, Some(path)) {
+                    Progress::Transfer => true,
+                    Progress::Done(result) => {
+                        self.set(*i, result.map_err(|f| self.error(f)));
+                        false
+                    }
+                }
+            });
+            if running.is_empty() {
+                break;
+            }
+            let moved: Vec<(&'static str, std::io::Result<u64>)> = {
+                let mut asked = Vec::with_capacity(running.len());
+                let batch: Vec<_> = running
+                    .iter()
+                    .filter_map(|(i, r)| {
+                        let t = r.transfer(self.iov(*i));
+                        asked.push(t.as_ref().map(|t| path.call(t.direction())));
+                        t
+                    })
+                    .collect();
+                let mut results = path.transfer_batch(&batch).into_iter();
+                asked
+                    .into_iter()
+                    .map(|asked| match asked {
+                        Some(call) => (
+                            call,
+                            results.next().unwrap_or_else(|| {
+                                Err(std::io::Error::other(
+                                    "the data path returned fewer results than transfers",
+                                ))
+                            }),
+                        ),
+                        // Stopped at a transfer without an open file: as a read(2) on no
+                        // descriptor would say.
+                        None => (
+                            "transfer",
+                            Err(std::io::Error::from_raw_os_error(libc::EBADF)),
+                        ),
+                    })
+                    .collect()
+            };
+            for ((_, r), (call, result)) in running.iter_mut().zip(moved) {
+                r.transferred(call, result);
+            }
+        }
+    }
+
+    /// Item `i`'s operation, begun on its root.
+    fn begin(&self, i: usize, roots: &[Root]) -> Result<Op, IoFailure> {
         let (root, bucket) = self.routes[i];
-        let root = &roots[root];
-        let name = self.name(i);
-        let result = io::run_item(
-            root,
+        let expected = self.iov(i).iter().map(|v| v.iov_len as u64).sum();
+        Op::new(
+            &roots[root],
             self.kind,
             self.sync,
             bucket,
-            name,
-            self.iov(i),
-            scratch,
-        );
-        self.set(i, result.map_err(to_error));
+            self.name(i),
+            expected,
+        )
+    }
+
+    /// An error of an item of this plan, naming the operation and the path.
+    pub(crate) fn error(&self, f: IoFailure) -> Error {
+        to_error(self.plugin, f)
+    }
+
+    /// The result of an item that never started because its call was dropped.
+    pub(crate) fn cancelled(&self) -> Error {
+        Error::backend(self.plugin, "the call was dropped before this item started")
     }
 }
 
-/// The result of an item that never started because its call was dropped.
-pub(crate) fn cancelled() -> Error {
-    Error::backend(NAME, "the call was dropped before this item started")
-}
-
-/// A failed syscall as the core error, naming the operation and the path.
-pub(crate) fn to_error(f: IoFailure) -> Error {
+/// A failed syscall as the core error of `plugin`, naming the operation and the path.
+pub(crate) fn to_error(plugin: &'static str, f: IoFailure) -> Error {
     if crate::beneath::is_link_error(&f.error) {
         return Error::UnsafePath {
-            component: NAME.into(),
+            component: plugin.into(),
             op: f.op,
             path: f.path,
         };
     }
-    Error::io(NAME, f.op, Some(f.path), f.error)
+    Error::io(plugin, f.op, Some(f.path), f.error)
 }

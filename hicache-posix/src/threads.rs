@@ -1,4 +1,5 @@
-//! The portable engine: a fixed pool of threads running blocking `preadv`/`pwritev`.
+//! The portable engine: a fixed pool of threads running blocking `preadv`/`pwritev` (or
+//! handing the bytes to a [`DataPath`]).
 //!
 //! A batch is offered to up to `threads` workers at once; each takes the next unclaimed item
 //! until none is left, so one slow item never holds up the others, and the batch completes
@@ -10,6 +11,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
+use crate::data_path::DataPath;
 use crate::flight::Completion;
 use crate::io::ReadScratch;
 use crate::plan::Plan;
@@ -23,13 +25,24 @@ struct Batch {
 }
 
 impl Batch {
-    fn work(&self, roots: &[Root], scratch: &mut ReadScratch) {
+    /// Takes items until none is left: one at a time, or with a batching data path as many
+    /// as it takes in one call, run together.
+    fn work(&self, roots: &[Root], scratch: &mut ReadScratch, path: Option<&dyn DataPath>) {
+        let together = together(path);
         loop {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            if i >= self.plan.len() {
+            let start = self.next.fetch_add(together, Ordering::Relaxed);
+            if start >= self.plan.len() {
                 break;
             }
-            self.plan.run_item(i, roots, scratch);
+            let items = start..(start + together).min(self.plan.len());
+            match path {
+                Some(path) if together > 1 => self.plan.run_together(items, roots, scratch, path),
+                _ => {
+                    for i in items {
+                        self.plan.run_item(i, roots, scratch, path);
+                    }
+                }
+            }
         }
         self.leave(1);
     }
@@ -43,11 +56,18 @@ impl Batch {
     }
 }
 
+/// Items a worker takes at once: what the data path moves in one call, else one.
+fn together(path: Option<&dyn DataPath>) -> usize {
+    path.map_or(1, |p| p.batch_limit().max(1))
+}
+
 /// A pool of I/O threads fed by one multi-consumer channel.
 pub(crate) struct ThreadEngine {
     /// `None` once the engine is dropping: the workers see the channel close and exit.
     tx: Option<Sender<Arc<Batch>>>,
     workers: Vec<JoinHandle<()>>,
+    /// What moves objects' bytes (None: `preadv`/`pwritev`).
+    path: Option<Arc<dyn DataPath>>,
 }
 
 impl std::fmt::Debug for ThreadEngine {
@@ -61,18 +81,24 @@ impl std::fmt::Debug for ThreadEngine {
 impl ThreadEngine {
     /// `align`: the largest direct-I/O alignment of the roots (it sizes each worker's read
     /// guard).
-    pub(crate) fn new(threads: usize, roots: Arc<[Root]>, align: u64) -> std::io::Result<Self> {
+    /// `path`: what moves objects' bytes, if not the workers' own `preadv`/`pwritev`.
+    pub(crate) fn new(
+        threads: usize,
+        roots: Arc<[Root]>,
+        align: u64,
+        path: Option<Arc<dyn DataPath>>,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded::<Arc<Batch>>();
         let workers = (0..threads.max(1))
             .map(|n| {
-                let (rx, roots) = (rx.clone(), roots.clone());
+                let (rx, roots, path) = (rx.clone(), roots.clone(), path.clone());
                 let mut scratch = ReadScratch::new(align)?;
                 std::thread::Builder::new()
-                    .name(format!("hicache-posix-{n}"))
+                    .name(format!("hicache-io-{n}"))
                     .spawn(move || {
                         // Ends when the engine drops its sender.
                         for batch in rx {
-                            batch.work(&roots, &mut scratch);
+                            batch.work(&roots, &mut scratch, path.as_deref());
                         }
                     })
             })
@@ -80,7 +106,13 @@ impl ThreadEngine {
         Ok(ThreadEngine {
             tx: Some(tx),
             workers,
+            path,
         })
+    }
+
+    /// The data path, if one is plugged in.
+    pub(crate) fn path(&self) -> Option<&dyn DataPath> {
+        self.path.as_deref()
     }
 
     pub(crate) fn threads(&self) -> usize {
@@ -93,7 +125,10 @@ impl ThreadEngine {
         if plan.len() == 0 {
             return;
         }
-        let fanout = plan.len().min(self.workers.len());
+        let fanout = plan
+            .len()
+            .div_ceil(together(self.path()))
+            .min(self.workers.len());
         let batch = Arc::new(Batch {
             plan,
             next: AtomicUsize::new(0),

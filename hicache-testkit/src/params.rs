@@ -3,8 +3,8 @@
 //! a plugin reads nothing it has not declared; this check closes the other direction.
 
 use hicache_core::raw::PluginDescriptor;
-use hicache_core::raw::params_for;
 use hicache_core::raw::{DeclaredParams, ParamKind};
+use hicache_core::raw::{PluginParams, params_for};
 use hicache_core::{ConfigLoader, EnvSnapshot};
 
 /// Sets every parameter in `plugin`'s table in a config file (a value of its kind) and
@@ -14,7 +14,30 @@ use hicache_core::{ConfigLoader, EnvSnapshot};
 ///
 /// # Panics
 /// When a parameter is refused or not read back, or a secret one is shown.
-pub fn check_declared_params<P: DeclaredParams + std::fmt::Debug>(plugin: &PluginDescriptor) {
+pub fn check_declared_params<P: DeclaredParams + std::fmt::Debug + 'static>(
+    plugin: &PluginDescriptor,
+) {
+    check_params_read_by(plugin, &[&read_by::<P>]);
+}
+
+/// What one typed parameter struct read from `params`: the names given, and its `Debug`.
+pub type Reader = dyn Fn(&PluginParams) -> (Vec<&'static str>, String);
+
+/// `P` as a [`Reader`].
+pub fn read_by<P: DeclaredParams + std::fmt::Debug>(
+    params: &PluginParams,
+) -> (Vec<&'static str>, String) {
+    let read = P::from_params(params);
+    (read.given(), format!("{read:?}"))
+}
+
+/// [`check_declared_params`] for a plugin whose parameters are read by several typed
+/// structs (its own and a shared layer's, joined with
+/// [`join_params`](hicache_core::raw::join_params)): together they must read every one.
+///
+/// # Panics
+/// As [`check_declared_params`].
+pub fn check_params_read_by(plugin: &PluginDescriptor, readers: &[&Reader]) {
     let mut toml = format!(
         "[plugin.{}]\nactive = true\n",
         plugin.name.to_ascii_lowercase()
@@ -40,19 +63,20 @@ pub fn check_declared_params<P: DeclaredParams + std::fmt::Debug>(plugin: &Plugi
     let params = params_for(plugin, &config)
         .unwrap_or_else(|e| panic!("{} refuses its own parameters: {e}\n{toml}", plugin.name));
     assert_eq!(params.entries().len(), plugin.params.len(), "{toml}");
-    let read = P::from_params(&params);
+    let (given, shown): (Vec<Vec<&str>>, Vec<String>) =
+        readers.iter().map(|read| read(&params)).unzip();
     let unread: Vec<&str> = plugin
         .params
         .iter()
         .map(|s| s.name)
-        .filter(|name| !read.given().contains(name))
+        .filter(|name| !given.iter().any(|g| g.contains(name)))
         .collect();
     assert!(
         unread.is_empty(),
         "{}: declared but not read back: {unread:?}",
         plugin.name
     );
-    let shown = format!("{read:?}");
+    let shown = shown.join(" ");
     let secrets = plugin.params.iter().filter(|s| s.secret).count();
     assert_eq!(
         shown.matches("\"***\"").count(),

@@ -7,12 +7,12 @@
 //! page; `EINTR` is retried. `Read ⇒ Guard` runs as one `preadv`.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use crate::beneath;
-use crate::config::SyncMode;
-use crate::protocol::op::{MAX_STEPS, NOT_RUN, Next, Op, Rename, Step};
-use crate::protocol::{Guard, OpKind, Outcome};
+use crate::data_path::{DataPath, Direction, Transfer};
+use crate::protocol::op::{MAX_STEPS, NOT_RUN, Next, Op, Rename, Step, Steps};
+use crate::protocol::{Guard, Outcome};
 use crate::root::{IoFailure, Root};
 
 /// A syscall result as the kernel gives io_uring's: the value, or minus the errno.
@@ -97,43 +97,159 @@ impl ReadScratch {
     }
 }
 
-/// Runs `op` to its end with blocking calls, one step after another, following the links
-/// [`Op::steps`] describes: a step that fails or a write that ends short stops its phase
-/// (the rest report [`NOT_RUN`]), except where a step [goes on](Step::goes_on). What the
-/// results mean is [`Op::advance`]'s to say.
+/// One operation being run with blocking calls, step by step: where it stands in its phase
+/// and what its steps returned so far. Steps follow the links [`Op::steps`] describes: a
+/// step that fails or a write that ends short stops its phase (the rest report
+/// [`NOT_RUN`]), except where a step [goes on](Step::goes_on). What the results mean is
+/// [`Op::advance`]'s to say.
+pub(crate) struct Running {
+    op: Op,
+    file: Option<OwnedFd>,
+    steps: Steps,
+    res: [i64; MAX_STEPS],
+    k: usize,
+}
+
+/// Where [`Running::drive`] stopped.
+pub(crate) enum Progress {
+    /// The next step moves the object's bytes: take it with [`Running::transfer`], move it,
+    /// and hand the result to [`Running::transferred`].
+    Transfer,
+    /// The operation is over (its file, if one is still open, closes with the `Running`).
+    Done(Result<Outcome, IoFailure>),
+}
+
+impl Running {
+    pub(crate) fn new(op: Op) -> Self {
+        let steps = op.steps();
+        Running {
+            op,
+            file: None,
+            steps,
+            res: [NOT_RUN; MAX_STEPS],
+            k: 0,
+        }
+    }
+
+    /// Runs steps until the operation ends, or (with a data path) until its next step is a
+    /// `Read` or `Write` for the path to move.
+    pub(crate) fn drive(
+        &mut self,
+        root: &Root,
+        iov: &[libc::iovec],
+        scratch: &mut ReadScratch,
+        path: Option<&dyn DataPath>,
+    ) -> Progress {
+        loop {
+            let list = self.steps;
+            let list = list.as_slice();
+            while self.k < list.len() {
+                let k = self.k;
+                let step = list[k];
+                let r = match (path, step) {
+                    (None, Step::Read)
+                        if list.get(k + 1) == Some(&Step::Guard) && self.file.is_some() =>
+                    {
+                        if let Some(fd) = self.file.as_ref() {
+                            (self.res[k], self.res[k + 1]) =
+                                scratch.read_with_guard(fd, iov, self.op.expected());
+                        }
+                        self.k += 2;
+                        continue;
+                    }
+                    (Some(_), Step::Read | Step::Write) => return Progress::Transfer,
+                    _ => execute(root, &mut self.op, step, iov, &mut self.file, scratch),
+                };
+                self.record(r);
+            }
+            match self.op.advance(root, iov, &self.res[..list.len()]) {
+                Next::Run => {
+                    self.steps = self.op.steps();
+                    self.res = [NOT_RUN; MAX_STEPS];
+                    self.k = 0;
+                }
+                Next::Done(result) => return Progress::Done(result),
+            }
+        }
+    }
+
+    /// Records the result of the current step and moves past it, or past the phase's end
+    /// when the step ends the phase.
+    fn record(&mut self, r: i64) {
+        let list = self.steps;
+        let list = list.as_slice();
+        let step = list[self.k];
+        self.res[self.k] = r;
+        let short = step == Step::Write && r >= 0 && r as u64 != self.op.remaining();
+        self.k = if (r < 0 || short) && !step.goes_on() {
+            list.len()
+        } else {
+            self.k + 1
+        };
+    }
+
+    /// The transfer the current step asks for (`Write`: what is left of the object at the
+    /// bytes written so far; `Read`: the object's bytes from the start). `None` without an
+    /// open file, or at another step.
+    pub(crate) fn transfer<'a>(&'a self, iov: &'a [libc::iovec]) -> Option<Transfer<'a>> {
+        let file = self.file.as_ref()?.as_fd();
+        match self.steps.as_slice().get(self.k)? {
+            Step::Write => Some(Transfer {
+                file,
+                segments: self.op.write_iov(iov),
+                offset: self.op.written(),
+                direction: Direction::Write,
+            }),
+            Step::Read => Some(Transfer {
+                file,
+                segments: iov,
+                offset: 0,
+                direction: Direction::Read,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Hands over the result of the transfer [`Running::drive`] stopped at, moved by the
+    /// data path's `call`.
+    pub(crate) fn transferred(&mut self, call: &'static str, result: io::Result<u64>) {
+        let r = kernel_result(result.as_ref().map(|&n| n).map_err(clone_error));
+        if let Err(e) = result {
+            self.op.transfer_failed(call, e);
+        }
+        self.record(r);
+    }
+}
+
+/// An error with the same errno, for the step result (the error itself goes to the
+/// operation).
+fn clone_error(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(n) => io::Error::from_raw_os_error(n),
+        None => io::Error::from_raw_os_error(libc::EIO),
+    }
+}
+
+/// Runs `op` to its end with blocking calls (see [`Running`]); a data path moves the bytes
+/// when there is one.
 pub(crate) fn run(
     root: &Root,
-    op: &mut Op,
+    op: Op,
     iov: &[libc::iovec],
     scratch: &mut ReadScratch,
+    path: Option<&dyn DataPath>,
 ) -> Result<Outcome, IoFailure> {
-    let mut file: Option<OwnedFd> = None;
+    let mut running = Running::new(op);
     loop {
-        let steps = op.steps();
-        let list = steps.as_slice();
-        let mut res = [NOT_RUN; MAX_STEPS];
-        let mut k = 0;
-        while k < list.len() {
-            let step = list[k];
-            if step == Step::Read
-                && list.get(k + 1) == Some(&Step::Guard)
-                && let Some(fd) = file.as_ref()
-            {
-                (res[k], res[k + 1]) = scratch.read_with_guard(fd, iov, op.expected());
-                k += 2;
-                continue;
+        match running.drive(root, iov, scratch, path) {
+            Progress::Done(result) => return result,
+            Progress::Transfer => {
+                let (call, moved) = match (path, running.transfer(iov)) {
+                    (Some(path), Some(t)) => (path.call(t.direction()), path.transfer(&t)),
+                    _ => ("transfer", Err(io::Error::from_raw_os_error(libc::EBADF))),
+                };
+                running.transferred(call, moved);
             }
-            let r = execute(root, op, step, iov, &mut file, scratch);
-            res[k] = r;
-            let short = step == Step::Write && r >= 0 && r as u64 != op.remaining();
-            if (r < 0 || short) && !step.goes_on() {
-                break;
-            }
-            k += 1;
-        }
-        match op.advance(root, iov, &res[..list.len()]) {
-            Next::Run => {}
-            Next::Done(result) => return result,
         }
     }
 }
@@ -224,22 +340,6 @@ fn execute(
             kernel_result(beneath::unlink(op.bucket(), op.name().as_cstr()).map(|()| 0))
         }
     }
-}
-
-/// Runs one operation of `kind` on object `name` with blocking calls (the thread pool's
-/// way of running a plan's item).
-pub(crate) fn run_item(
-    root: &Root,
-    kind: OpKind,
-    sync: SyncMode,
-    bucket: [u8; 2],
-    name: &[u8],
-    iov: &[libc::iovec],
-    scratch: &mut ReadScratch,
-) -> Result<Outcome, IoFailure> {
-    let expected = iov.iter().map(|v| v.iov_len as u64).sum();
-    let mut op = Op::new(root, kind, sync, bucket, name, expected)?;
-    run(root, &mut op, iov, scratch)
 }
 
 #[cfg(test)]

@@ -7,8 +7,25 @@ use crate::name::{NAME_CAP, Name, hex};
 use crate::root::FlushCounter;
 use hicache_core::{MissReason, ReadOutcome};
 
-use crate::config::SyncMode::{Data, Full, None as NoSync};
+use crate::config::SyncMode::{self, Data, Full, None as NoSync};
+use crate::protocol::OpKind;
 use std::os::unix::fs::symlink;
+
+/// Runs one operation of `kind` on object `name` with blocking calls, as the thread pool
+/// runs a plan's item without a data path.
+fn run_item(
+    root: &Root,
+    kind: OpKind,
+    sync: SyncMode,
+    bucket: [u8; 2],
+    name: &[u8],
+    iov: &[libc::iovec],
+    scratch: &mut ReadScratch,
+) -> Result<Outcome, IoFailure> {
+    let expected = iov.iter().map(|v| v.iov_len as u64).sum();
+    let op = Op::new(root, kind, sync, bucket, name, expected)?;
+    run(root, op, iov, scratch, None)
+}
 
 /// Room for one operation, as one I/O thread holds it.
 fn scratch() -> ReadScratch {

@@ -6,7 +6,7 @@
 use std::os::fd::AsRawFd;
 
 use crate::NAME;
-use crate::plan::{self, Outcome, Plan};
+use crate::plan::{Outcome, Plan};
 use crate::protocol::Guard;
 use crate::protocol::op::{MAX_STEPS, Next, Op, Step};
 use crate::root::Root;
@@ -155,7 +155,7 @@ impl Driver {
             plan.name(item),
             expected,
         )
-        .map_err(plan::to_error)?;
+        .map_err(|f| plan.error(f))?;
         let slot = &mut self.slots[slot_id];
         slot.op = Some(op);
         slot.root = root_id;
@@ -281,7 +281,7 @@ impl Driver {
                     self.drop_fixed(slot_id);
                 }
                 self.slots[slot_id].op = None;
-                Some(result.map_err(plan::to_error))
+                Some(result.map_err(|f| plan.error(f)))
             }
         }
     }

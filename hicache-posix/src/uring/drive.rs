@@ -3,7 +3,7 @@
 
 use std::sync::mpsc::{Receiver, TryRecvError};
 
-use crate::plan::{self, Outcome};
+use crate::plan::Outcome;
 use hicache_core::Result;
 
 use super::{ActiveJob, Driver, Job, MAX_CHAIN, MAX_FIXED_BUFFER, Msg};
@@ -159,7 +159,7 @@ impl Driver {
             }
             self.queue.pop_front();
             if plan.is_cancelled() {
-                self.finish_item(job, item, Err(plan::cancelled()));
+                self.finish_item(job, item, Err(plan.cancelled()));
                 continue;
             }
             match self.start(slot, job, item, &plan) {

@@ -9,6 +9,7 @@ use hicache_core::{
 };
 use hicache_posix::{EngineChoice, PosixBackend, PosixConfig};
 
+mod data_path;
 mod integrity;
 mod listing;
 mod plugin;

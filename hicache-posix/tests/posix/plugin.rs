@@ -215,11 +215,16 @@ async fn sync_levels_flush_what_they_promise_on_both_engines() {
 }
 
 /// Every parameter the POSIX plugin declares is accepted from a config file and reaches
-/// the typed struct it reads.
+/// the typed structs it reads (its own and the file layer's).
 #[test]
 fn every_declared_parameter_reaches_the_plugin() {
-    hicache_testkit::params::check_declared_params::<hicache_posix::PosixParams>(
+    use hicache_testkit::params::{check_params_read_by, read_by};
+    check_params_read_by(
         &hicache_posix::DESCRIPTOR,
+        &[
+            &read_by::<hicache_posix::PosixParams>,
+            &read_by::<hicache_posix::FileLayerParams>,
+        ],
     );
 }
 

@@ -95,7 +95,8 @@ impl Op {
         }
         let wrote = r(Step::Write);
         if wrote < 0 {
-            return self.fail_staged(root, "pwritev", os(wrote));
+            let (call, error) = self.transfer_failure("pwritev", wrote);
+            return self.fail_staged(root, call, error);
         }
         let wrote = wrote as u64;
         if wrote < self.remaining() {
@@ -248,7 +249,8 @@ impl Op {
         self.open = r(Step::Close) < 0;
         let (got, beyond) = (r(Step::Read), r(Step::Guard));
         if got < 0 {
-            return self.fail(root, "preadv", os(got));
+            let (call, error) = self.transfer_failure("preadv", got);
+            return self.fail(root, call, error);
         }
         if beyond < 0 {
             return self.fail(root, "pread past the end", os(beyond));

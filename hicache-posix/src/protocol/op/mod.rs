@@ -189,6 +189,9 @@ pub(crate) struct Op {
     retries: u8,
     /// A read counted in the spare pool's read tracker.
     reading: bool,
+    /// How a data path's transfer failed (the call and its error), which a step result
+    /// cannot carry.
+    failed_transfer: Option<(&'static str, io::Error)>,
 }
 
 // SAFETY: `rest` holds iovecs only while the operation runs, pointing into memory its plan
@@ -252,6 +255,7 @@ impl Op {
             renewed: false,
             retries: 0,
             reading: false,
+            failed_transfer: None,
         };
         match kind {
             OpKind::Write => op.stage(root, true),
@@ -395,6 +399,19 @@ impl Op {
     /// The iovecs of [`Step::Write`]: the caller's, or what a short write left of them.
     pub(crate) fn write_iov<'a>(&'a self, iov: &'a [libc::iovec]) -> &'a [libc::iovec] {
         if self.written == 0 { iov } else { &self.rest }
+    }
+
+    /// Records how a data path's transfer failed; the step's result says only that it did.
+    pub(crate) fn transfer_failed(&mut self, call: &'static str, error: io::Error) {
+        self.failed_transfer = Some((call, error));
+    }
+
+    /// The call and error of the failed `Read` or `Write` step whose result is `r`: what a
+    /// data path recorded, else the system call `syscall` with `r`'s errno.
+    fn transfer_failure(&mut self, syscall: &'static str, r: i64) -> (&'static str, io::Error) {
+        self.failed_transfer
+            .take()
+            .unwrap_or_else(|| (syscall, os(r)))
     }
 
     /// Whether the operation holds an open file.
