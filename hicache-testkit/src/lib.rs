@@ -7,6 +7,7 @@ pub mod cc;
 pub mod check;
 pub mod fault;
 pub mod fixtures;
+pub mod memory;
 pub mod params;
 pub mod s3;
 pub mod standins;

@@ -9,6 +9,7 @@ use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
 use crate::broken::{BrokenBackend, Bug};
 use crate::check::{CaseError, CaseResult};
+use crate::memory::TestMemory;
 use crate::trial::{Case, Factory, TrialEnv, per_trial};
 
 /// One variant of a plugin under test (e.g. `ext4-direct-uring`).
@@ -18,6 +19,7 @@ struct Variant {
     factory: Factory,
     name_limit: Option<usize>,
     cancel_ops: Option<u64>,
+    memory: Option<Arc<dyn TestMemory>>,
 }
 
 /// A plugin's conformance suite: every case of [`crate::cases::ALL`] for each variant.
@@ -62,7 +64,18 @@ impl Suite {
             factory: Arc::new(factory),
             name_limit: None,
             cancel_ops: None,
+            memory: None,
         });
+        self
+    }
+
+    /// Makes the backend cases of the last added variant register `memory` instead of host
+    /// memory (device memory, for a plugin that accepts it). The connector cases register
+    /// the connector's host pools either way.
+    pub fn memory(mut self, memory: Arc<dyn TestMemory>) -> Self {
+        if let Some(v) = self.variants.last_mut() {
+            v.memory = Some(memory);
+        }
         self
     }
 
@@ -111,6 +124,7 @@ impl Suite {
                     format!("conformance::{}::{}", v.name, case.name)
                 };
                 let cancel_ops = v.cancel_ops;
+                let memory = v.memory.clone();
                 let (plugin, root, factory, runtime, case, name_limit) = (
                     self.plugin.clone(),
                     v.root.clone(),
@@ -126,6 +140,9 @@ impl Suite {
                         .map_err(|e| Failed::from(format!("cannot set up the trial: {e}")))?;
                     env.name_limit = name_limit;
                     env.cancel_ops = cancel_ops;
+                    if let Some(memory) = memory.clone() {
+                        env.set_memory(memory);
+                    }
                     let outcome = runtime.block_on((case.run)(&env));
                     if report_time {
                         // On stderr so it never mixes with the result lines test runners parse.

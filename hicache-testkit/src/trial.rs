@@ -12,6 +12,7 @@ use hicache_core::{ConfigLoader, HiCache, HiCacheOptions, Result, StorageIdentit
 
 use crate::broken::Bug;
 use crate::check::CaseResult;
+use crate::memory::TestMemory;
 
 /// Builds a backend for a trial. Called once or more per trial; every call must return a
 /// backend over the *same* storage (the trial's dir or namespace), as a restart would.
@@ -56,6 +57,7 @@ pub struct TrialEnv {
     factory: Factory,
     plugin: String,
     capability: Capability,
+    memory: Arc<dyn TestMemory>,
     pub(crate) name_limit: Option<usize>,
     pub(crate) cancel_ops: Option<u64>,
 }
@@ -114,6 +116,7 @@ impl TrialEnv {
             factory,
             plugin: plugin.to_string(),
             capability: Capability::default(),
+            memory: crate::memory::host(),
             name_limit: None,
             cancel_ops: None,
         };
@@ -152,6 +155,17 @@ impl TrialEnv {
     /// The plugin under test.
     pub fn plugin(&self) -> &str {
         &self.plugin
+    }
+
+    /// The memory the backend cases register (host memory unless the variant gives other
+    /// memory with [`Suite::memory`](crate::Suite::memory)).
+    pub fn memory(&self) -> Arc<dyn TestMemory> {
+        self.memory.clone()
+    }
+
+    /// Sets the memory the backend cases register.
+    pub(crate) fn set_memory(&mut self, memory: Arc<dyn TestMemory>) {
+        self.memory = memory;
     }
 
     /// The backend's capability.

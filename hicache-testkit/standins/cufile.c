@@ -13,6 +13,8 @@
  *   is not registered CU_FILE_MEMORY_NOT_REGISTERED;
  * - cuFileRead/cuFileWrite return the bytes moved, -1 with errno for an OS error, or a
  *   negative CUfileOpError;
+ * - a batch context holds at most 128 requests (cufile.json's default io_batchsize; more is
+ *   CU_FILE_INVALID_VALUE at set-up);
  * - the batch API takes at most the context's capacity, and hands each request's event
  *   back once, with its cookie, CUFILE_COMPLETE and the bytes moved, or CUFILE_FAILED and
  *   a negative errno or error; like cuFile 1.15.1 in compat mode, it ignores a request's
@@ -33,6 +35,9 @@
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
+
+/* cufile.json's default "io_batchsize": the most requests one batch context may hold. */
+#define IO_BATCHSIZE 128
 
 typedef struct { int err; int cu_err; } CUfileError_t;
 typedef struct {
@@ -291,7 +296,7 @@ EXPORT CUfileError_t cuFileBatchIOSetUp(void **id, unsigned nr) {
     if (!driver_is_open()) {
         return status(DRIVER_NOT_INITIALIZED);
     }
-    if (id == NULL || nr == 0) {
+    if (id == NULL || nr == 0 || nr > IO_BATCHSIZE) {
         return status(INVALID_VALUE);
     }
     batch *b = calloc(1, sizeof *b);

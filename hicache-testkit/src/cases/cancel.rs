@@ -441,7 +441,7 @@ pub async fn cancel_deregister_in_flight_is_busy(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
     let items = 64u64;
-    let buf = buffer(&b, n * items)?;
+    let buf = buffer(env, &b, n * items)?;
     let (names, segs) = blocks(env, &buf, "busy", items, n);
     let batch = write_items(&names, &segs);
     let mut write = Box::pin(b.write(&batch));
@@ -473,7 +473,7 @@ pub async fn cancel_dropped_read_moves_no_byte_afterwards(env: &TrialEnv) -> Cas
     let b = env.backend()?;
     let n = block(env);
     let items = 64u64;
-    let src = buffer(&b, n * items)?;
+    let src = buffer(env, &b, n * items)?;
     let (names, segs) = blocks(env, &src, "drop", items, n);
     for i in 0..items {
         src.fill(i * n, &pattern(n as usize, 300 + i as u32))?;
@@ -481,7 +481,7 @@ pub async fn cancel_dropped_read_moves_no_byte_afterwards(env: &TrialEnv) -> Cas
     let writes = write_items(&names, &segs);
     let w = b.write(&writes).await;
     ensure!(w.iter().all(|r| r.is_ok()), "{w:?}");
-    let dst = buffer(&b, n * items)?;
+    let dst = buffer(env, &b, n * items)?;
     let (_, dsegs) = blocks(env, &dst, "drop", items, n);
     let reads: Vec<ReadItem<'_>> = names
         .iter()

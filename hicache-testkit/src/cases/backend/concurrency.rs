@@ -8,7 +8,7 @@ use crate::fixtures::pattern;
 use crate::trial::TrialEnv;
 use crate::{ensure, ensure_eq};
 
-use super::{block, buffer, get, key, put};
+use super::{block, buffer, buffer_in, get, key, put};
 
 /// Two writers of one key at once, and a reader beside them: every read of a plugin that
 /// declares atomic publish sees one complete version (never a mix, never a gap once the key
@@ -16,7 +16,7 @@ use super::{block, buffer, get, key, put};
 pub async fn backend_concurrent_writers_same_key(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, 4 * n)?;
+    let buf = buffer(env, &b, 4 * n)?;
     let (va, vb) = (pattern(2 * n as usize, 31), pattern(2 * n as usize, 32));
     buf.fill(0, &va)?;
     buf.fill(2 * n, &vb)?;
@@ -45,7 +45,7 @@ pub async fn backend_concurrent_writers_same_key(env: &TrialEnv) -> CaseResult {
         Ok::<(), CaseError>(())
     };
     let reader = async {
-        let out = buffer(&b, 2 * n)?;
+        let out = buffer(env, &b, 2 * n)?;
         let mut reads = 0u32;
         while reads < 3 || !done.load(std::sync::atomic::Ordering::Acquire) {
             reads += 1;
@@ -67,7 +67,7 @@ pub async fn backend_concurrent_writers_same_key(env: &TrialEnv) -> CaseResult {
     };
     // The first failure on either side ends both (the reader waits for the writers' end).
     tokio::try_join!(writers, reader)?;
-    let out = buffer(&b, 2 * n)?;
+    let out = buffer(env, &b, 2 * n)?;
     ensure_eq!(get(&b, &k, &[out.slice(0, 2 * n)]).await?, ReadOutcome::Hit);
     let got = out.read(0, 2 * n)?;
     ensure!(got == va || got == vb, "the object mixes both writers");
@@ -81,9 +81,10 @@ pub async fn backend_concurrent_disjoint_batches(env: &TrialEnv) -> CaseResult {
     let tasks: Vec<_> = (0..4u32)
         .map(|t| {
             let b = b.clone();
+            let memory = env.memory();
             let prefix = format!("{}-cd{t}", env.namespace());
             tokio::spawn(async move {
-                let buf = buffer(&b, 16 * n).map_err(|e| e.to_string())?;
+                let buf = buffer_in(memory, &b, 16 * n).map_err(|e| e.to_string())?;
                 for round in 0..5u32 {
                     let ks: Vec<ObjectKey> = (0..8)
                         .map(|i| ObjectKey::new(format!("{prefix}-{i}")).expect("key"))

@@ -13,16 +13,20 @@ pub use objects::*;
 pub use slices::*;
 pub use store::*;
 
-use hicache_core::raw::{AlignedBuf, DynBackend, ObjectKey, ReadItem, RegionId, Slice, WriteItem};
+use std::sync::Arc;
+
+use hicache_core::raw::{DynBackend, ObjectKey, ReadItem, RegionId, Slice, WriteItem};
 use hicache_core::{Error, MemoryRegion, ReadOutcome};
 
 use crate::check::{CaseError, CaseResult, only};
+use crate::memory::TestMemory;
 use crate::trial::TrialEnv;
 
-/// A registered aligned buffer with helpers to fill and read it.
+/// A registered aligned buffer with helpers to fill and read it, in the variant's memory.
 pub(crate) struct Buf {
     pub(crate) memory: MemoryRegion,
     pub(crate) id: RegionId,
+    kind: Arc<dyn TestMemory>,
 }
 
 /// The block size transfers use: the backend's alignment, at least 4096.
@@ -30,10 +34,21 @@ pub(crate) fn block(env: &TrialEnv) -> u64 {
     env.capability().io_alignment.max(4096)
 }
 
-pub(crate) fn buffer(backend: &DynBackend, len: u64) -> Result<Buf, Error> {
-    let memory = MemoryRegion::from_aligned(AlignedBuf::zeroed(len as usize, 4096)?);
+/// `len` bytes of the trial's memory, registered with `backend`.
+pub(crate) fn buffer(env: &TrialEnv, backend: &DynBackend, len: u64) -> Result<Buf, Error> {
+    buffer_in(env.memory(), backend, len)
+}
+
+/// `len` bytes of `kind`, registered with `backend` (for tasks that outlive the borrow of
+/// the trial).
+pub(crate) fn buffer_in(
+    kind: Arc<dyn TestMemory>,
+    backend: &DynBackend,
+    len: u64,
+) -> Result<Buf, Error> {
+    let memory = kind.alloc(len)?;
     let id = backend.register(memory.clone())?;
-    Ok(Buf { memory, id })
+    Ok(Buf { memory, id, kind })
 }
 
 impl Buf {
@@ -42,7 +57,7 @@ impl Buf {
     pub(crate) fn fill(&self, offset: u64, bytes: &[u8]) -> Result<(), CaseError> {
         self.memory
             .target(offset, bytes.len() as u64, "test buffer")
-            .and_then(|mut t| t.copy_from(0, bytes))
+            .and_then(|mut t| self.kind.copy_in(&mut t, bytes))
             .map_err(|e| CaseError::Failed(format!("cannot fill the test buffer: {e}")))
     }
 
@@ -50,7 +65,7 @@ impl Buf {
     pub(crate) fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, CaseError> {
         self.memory
             .source(offset, len, "test buffer")
-            .and_then(|s| s.host_bytes().map(<[u8]>::to_vec))
+            .and_then(|s| self.kind.copy_out(&s))
             .map_err(|e| CaseError::Failed(format!("cannot read the test buffer: {e}")))
     }
 

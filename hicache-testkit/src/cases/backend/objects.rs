@@ -39,7 +39,7 @@ pub async fn backend_empty_batches(env: &TrialEnv) -> CaseResult {
 pub async fn backend_round_trip(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, 2 * n)?;
+    let buf = buffer(env, &b, 2 * n)?;
     let data = pattern(n as usize, 1);
     buf.fill(0, &data)?;
     let k = key(env, "rt");
@@ -56,7 +56,7 @@ pub async fn backend_multi_segment_gather_scatter(env: &TrialEnv) -> CaseResult 
         return skip(format!("max_segments is {}", env.capability().max_segments));
     }
     let n = block(env);
-    let buf = buffer(&b, 8 * n)?;
+    let buf = buffer(env, &b, 8 * n)?;
     let data = pattern(3 * n as usize, 2);
     buf.fill(0, &data[..n as usize])?;
     buf.fill(2 * n, &data[n as usize..2 * n as usize])?;
@@ -81,7 +81,7 @@ pub async fn backend_multi_segment_gather_scatter(env: &TrialEnv) -> CaseResult 
 pub async fn backend_read_missing_is_not_found(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, n)?;
+    let buf = buffer(env, &b, n)?;
     ensure_eq!(
         get(&b, &key(env, "missing"), &[buf.slice(0, n)]).await?,
         ReadOutcome::Miss(MissReason::NotFound)
@@ -93,7 +93,7 @@ pub async fn backend_read_missing_is_not_found(env: &TrialEnv) -> CaseResult {
 pub async fn backend_size_mismatch_is_a_miss(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, 4 * n)?;
+    let buf = buffer(env, &b, 4 * n)?;
     buf.fill(0, &pattern(2 * n as usize, 3))?;
     let k = key(env, "size");
     put(&b, &k, &[buf.slice(0, 2 * n)]).await?;
@@ -118,7 +118,7 @@ pub async fn backend_size_mismatch_is_a_miss(env: &TrialEnv) -> CaseResult {
 pub async fn backend_exists_reports_written_only(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, n)?;
+    let buf = buffer(env, &b, n)?;
     let ks: Vec<ObjectKey> = (0..5).map(|i| key(env, &format!("ex{i}"))).collect();
     for i in [0, 3] {
         put(&b, &ks[i], &[buf.slice(0, n)]).await?;
@@ -132,7 +132,7 @@ pub async fn backend_exists_reports_written_only(env: &TrialEnv) -> CaseResult {
 pub async fn backend_exists_creates_nothing(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, n)?;
+    let buf = buffer(env, &b, n)?;
     let k = key(env, "ghost");
     for _ in 0..3 {
         ensure_eq!(
@@ -151,7 +151,7 @@ pub async fn backend_exists_creates_nothing(env: &TrialEnv) -> CaseResult {
 pub async fn backend_remove(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, n)?;
+    let buf = buffer(env, &b, n)?;
     // Names that sort next to each other, so a remove that takes a neighbour is seen.
     let ks: Vec<ObjectKey> = ["rm-a", "rm-b", "rm-c"]
         .iter()
@@ -185,7 +185,7 @@ pub async fn backend_remove(env: &TrialEnv) -> CaseResult {
 pub async fn backend_overwrite_replaces(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, 6 * n)?;
+    let buf = buffer(env, &b, 6 * n)?;
     let k = key(env, "ow");
     buf.fill(0, &pattern(2 * n as usize, 4))?;
     put(&b, &k, &[buf.slice(0, 2 * n)]).await?;
@@ -201,7 +201,7 @@ pub async fn backend_overwrite_replaces(env: &TrialEnv) -> CaseResult {
 pub async fn backend_per_item_results(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, 8 * n)?;
+    let buf = buffer(env, &b, 8 * n)?;
     let ks: Vec<ObjectKey> = (0..4).map(|i| key(env, &format!("pi{i}"))).collect();
     for (i, k) in ks.iter().enumerate().filter(|(i, _)| i % 2 == 0) {
         buf.fill(i as u64 * n, &pattern(n as usize, 10 + i as u32))?;
@@ -236,8 +236,8 @@ pub async fn backend_large_batch(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
     let count = 256u64;
-    let src = buffer(&b, count * n)?;
-    let dst = buffer(&b, count * n)?;
+    let src = buffer(env, &b, count * n)?;
+    let dst = buffer(env, &b, count * n)?;
     for i in 0..count {
         src.fill(i * n, &pattern(n as usize, 1000 + i as u32))?;
     }
@@ -287,8 +287,8 @@ pub async fn backend_segment_limit(env: &TrialEnv) -> CaseResult {
     }
     let b = env.backend()?;
     let n = block(env);
-    let src = buffer(&b, (max + 1) * n)?;
-    let dst = buffer(&b, max * n)?;
+    let src = buffer(env, &b, (max + 1) * n)?;
+    let dst = buffer(env, &b, max * n)?;
     let data = pattern((max * n) as usize, 51);
     src.fill(0, &data)?;
     let segs: Vec<Slice> = (0..max).map(|i| src.slice(i * n, n)).collect();

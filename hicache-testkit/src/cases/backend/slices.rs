@@ -50,7 +50,7 @@ pub async fn backend_unregistered_region_rejected(env: &TrialEnv) -> CaseResult 
 pub async fn backend_out_of_range_slice_rejected(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, 2 * n)?;
+    let buf = buffer(env, &b, 2 * n)?;
     let k = key(env, "oor");
     for s in [
         buf.slice(n, 2 * n),
@@ -78,7 +78,7 @@ pub async fn backend_out_of_range_slice_rejected(env: &TrialEnv) -> CaseResult {
 pub async fn backend_deregistered_region_rejected(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, n)?;
+    let buf = buffer(env, &b, n)?;
     b.deregister(buf.id)?;
     ensure!(b.deregister(buf.id).is_err(), "second deregister succeeded");
     let k = key(env, "dereg");
@@ -105,7 +105,7 @@ pub async fn backend_misaligned_slice_rejected(env: &TrialEnv) -> CaseResult {
     }
     let b = env.backend()?;
     let a = cap.io_alignment;
-    let buf = buffer(&b, 4 * a.max(4096))?;
+    let buf = buffer(env, &b, 4 * a.max(4096))?;
     let k = key(env, "misaligned");
     for s in [buf.slice(1, a), buf.slice(0, a + 1), buf.slice(a / 2, a)] {
         let (w, r) = write_then_read(&b, &k, &[s]).await?;
@@ -130,7 +130,7 @@ pub async fn backend_misaligned_slice_rejected(env: &TrialEnv) -> CaseResult {
 pub async fn backend_bad_item_does_not_fail_others(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, 2 * n)?;
+    let buf = buffer(env, &b, 2 * n)?;
     buf.fill(0, &pattern(n as usize, 20))?;
     let (k1, k2, k3) = (key(env, "good1"), key(env, "bad"), key(env, "good2"));
     let good = [buf.slice(0, n)];

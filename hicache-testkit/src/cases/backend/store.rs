@@ -19,7 +19,7 @@ use super::{block, buffer, get, key, put};
 pub async fn backend_usage(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
     let n = block(env);
-    let buf = buffer(&b, 4 * n)?;
+    let buf = buffer(env, &b, 4 * n)?;
     buf.fill(0, &pattern(4 * n as usize, 42))?;
     put(&b, &key(env, "usage"), &[buf.slice(0, 4 * n)]).await?;
     let u = b.usage().await?;
@@ -55,7 +55,7 @@ pub async fn backend_list_pages_through_every_object(env: &TrialEnv) -> CaseResu
         Err(Error::Unsupported { .. }) => return skip("the plugin does not list objects"),
         other => drop(other?),
     }
-    let buf = buffer(&b, 3 * n)?;
+    let buf = buffer(env, &b, 3 * n)?;
     buf.fill(0, &pattern(3 * n as usize, 7))?;
     let mut want = std::collections::BTreeMap::new();
     for i in 0..7u64 {
@@ -134,12 +134,12 @@ pub async fn backend_persists_across_instances(env: &TrialEnv) -> CaseResult {
     let data = pattern(n as usize, 40);
     {
         let b = env.backend()?;
-        let buf = buffer(&b, n)?;
+        let buf = buffer(env, &b, n)?;
         buf.fill(0, &data)?;
         put(&b, &k, &[buf.slice(0, n)]).await?;
     }
     let b2 = env.backend()?;
-    let buf = buffer(&b2, n)?;
+    let buf = buffer(env, &b2, n)?;
     ensure_eq!(get(&b2, &k, &[buf.slice(0, n)]).await?, ReadOutcome::Hit);
     ensure_eq!(buf.read(0, n)?, data);
     Ok(())
@@ -167,8 +167,8 @@ pub async fn backend_unusual_but_valid_names(env: &TrialEnv) -> CaseResult {
         long('a'),
         long('b'),
     ];
-    let src = buffer(&b, names.len() as u64 * n)?;
-    let dst = buffer(&b, names.len() as u64 * n)?;
+    let src = buffer(env, &b, names.len() as u64 * n)?;
+    let dst = buffer(env, &b, names.len() as u64 * n)?;
     for (i, name) in names.iter().enumerate() {
         let at = i as u64 * n;
         src.fill(at, &pattern(n as usize, 41 + i as u32))?;

@@ -24,7 +24,7 @@ pub(super) async fn raw_object(
     len: u64,
 ) -> Result<Vec<u8>, CaseError> {
     let b = cache.backend();
-    let buf = buffer(b, len.max(block(env)))?;
+    let buf = buffer(env, b, len.max(block(env)))?;
     let segs = [buf.slice(0, len)];
     let r = b
         .read(&[ReadItem {
@@ -42,7 +42,7 @@ pub(super) async fn raw_object(
 
 async fn put_raw(cache: &HiCache, env: &TrialEnv, name: &ObjectKey, bytes: &[u8]) -> CaseResult {
     let b = cache.backend();
-    let buf = buffer(b, (bytes.len() as u64).max(block(env)))?;
+    let buf = buffer(env, b, (bytes.len() as u64).max(block(env)))?;
     buf.fill(0, bytes)?;
     let segs = [buf.slice(0, bytes.len() as u64)];
     let r = b

@@ -1,0 +1,55 @@
+//! The memory the backend cases move: host memory unless a variant gives other memory (a
+//! GPU's, for plugins that accept device registrations).
+
+use std::sync::Arc;
+
+use hicache_core::raw::{AlignedBuf, SourceSlice, TargetSlice};
+use hicache_core::{MemoryRegion, Result};
+
+/// Where a variant's test buffers live, and how the cases put bytes in and take them out.
+///
+/// The cases pin a range before copying (so a transfer still holding it fails the case)
+/// and hand the pin here: an implementation copies through it and touches nothing else.
+pub trait TestMemory: Send + Sync + 'static {
+    /// `len` zeroed bytes, aligned to at least 4096, as a region to register.
+    fn alloc(&self, len: u64) -> Result<MemoryRegion>;
+
+    /// Copies `bytes` into the pinned range (exactly as long).
+    fn copy_in(&self, to: &mut TargetSlice, bytes: &[u8]) -> Result<()>;
+
+    /// The pinned range's bytes.
+    fn copy_out(&self, from: &SourceSlice) -> Result<Vec<u8>>;
+
+    /// What memory this is, for messages (`host`, `device 0 through cudaMemcpy`).
+    fn describe(&self) -> String;
+}
+
+/// Host memory: aligned heap buffers, copied by the CPU. Every variant's default.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostMemory;
+
+impl TestMemory for HostMemory {
+    fn alloc(&self, len: u64) -> Result<MemoryRegion> {
+        Ok(MemoryRegion::from_aligned(AlignedBuf::zeroed(
+            len as usize,
+            4096,
+        )?))
+    }
+
+    fn copy_in(&self, to: &mut TargetSlice, bytes: &[u8]) -> Result<()> {
+        to.copy_from(0, bytes)
+    }
+
+    fn copy_out(&self, from: &SourceSlice) -> Result<Vec<u8>> {
+        from.host_bytes().map(<[u8]>::to_vec)
+    }
+
+    fn describe(&self) -> String {
+        "host".into()
+    }
+}
+
+/// The default memory of a variant.
+pub(crate) fn host() -> Arc<dyn TestMemory> {
+    Arc::new(HostMemory)
+}
