@@ -4,6 +4,10 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hicache_core::raw::{SourceSlice, TargetSlice};
+use hicache_core::{MemKind, MemoryRegion};
 
 use crate::dynlib::{function, open_first};
 use crate::error::GdsError;
@@ -56,7 +60,7 @@ impl CudaRuntime {
             path,
             &SEARCH,
             "the CUDA runtime",
-            "install the CUDA runtime (libcudart.so), or name the library with `cudart_path`",
+            "install the CUDA runtime (libcudart.so), or give the path of the library to load",
         )?;
         // SAFETY: each type is the function's C signature (cuda_runtime_api.h); the
         // pointers live in `CudaRuntime` beside the library that owns them.
@@ -127,6 +131,148 @@ impl CudaRuntime {
             len,
         })
     }
+}
+
+/// Alignment of [`device_region`]s: O_DIRECT's block, which `cudaMalloc` does not promise
+/// for every size.
+pub const DEVICE_REGION_ALIGN: usize = 4096;
+
+/// `len` zeroed bytes of memory on GPU `device`, starting at a multiple of
+/// [`DEVICE_REGION_ALIGN`], as a region to register with a backend (its kind is
+/// [`MemKind::Device`]); freed with `cudaFree` when the region's last clone is dropped. Move
+/// bytes in and out with [`copy_to_device`] and [`copy_from_device`].
+pub fn device_region(
+    cuda: &Arc<CudaRuntime>,
+    device: u32,
+    len: usize,
+) -> Result<MemoryRegion, GdsError> {
+    cuda.set_device(device)?;
+    let room = len
+        .checked_add(DEVICE_REGION_ALIGN - 1)
+        .ok_or_else(|| GdsError::Cuda {
+            call: "cudaMalloc",
+            code: 2,
+            name: format!("cudaErrorMemoryAllocation: {len} bytes"),
+        })?;
+    let mut base: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    cuda.check("cudaMalloc", unsafe { (cuda.malloc)(&mut base, room) })?;
+    let owner = DeviceAlloc {
+        cuda: cuda.clone(),
+        ptr: base,
+    };
+    let skip = (base as usize).next_multiple_of(DEVICE_REGION_ALIGN) - base as usize;
+    // A device address is never dereferenced here: `wrapping_add` computes it.
+    let start = base.cast::<u8>().wrapping_add(skip);
+    let zeros = vec![0u8; len];
+    // SAFETY: `start..start + len` lies in the `room` bytes cudaMalloc just returned
+    // (`skip` < DEVICE_REGION_ALIGN), reached by nothing else.
+    cuda.check("cudaMemcpy", unsafe {
+        (cuda.memcpy)(start.cast(), zeros.as_ptr().cast(), len, HOST_TO_DEVICE)
+    })?;
+    // SAFETY: the allocation lives as long as `owner`, which the region keeps; nothing else
+    // knows the pointer, so the region is the only way to its bytes.
+    Ok(unsafe {
+        MemoryRegion::with_owner(
+            start,
+            len as u64,
+            MemKind::Device { device },
+            Arc::new(owner),
+        )
+    })
+}
+
+/// An allocation of [`device_region`], freed when the region lets go of it.
+struct DeviceAlloc {
+    cuda: Arc<CudaRuntime>,
+    ptr: *mut c_void,
+}
+
+// SAFETY: the pointer is a device address that is never dereferenced on the host; the CUDA
+// runtime's functions may be called from any thread.
+unsafe impl Send for DeviceAlloc {}
+// SAFETY: as above; the struct holds no interior state.
+unsafe impl Sync for DeviceAlloc {}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        // SAFETY: memory cudaMalloc returned, freed once, after the last region clone.
+        let _ = unsafe { (self.cuda.free)(self.ptr) };
+    }
+}
+
+fn not_device(call: &'static str, kind: MemKind) -> GdsError {
+    GdsError::Cuda {
+        call,
+        code: 1,
+        name: format!("cudaErrorInvalidValue: the range is {kind} memory, not device memory"),
+    }
+}
+
+/// Copies `src` into a pinned range of device memory (`cudaMemcpy`, host to device); `src`
+/// must be as long as the range.
+pub fn copy_to_device(
+    cuda: &CudaRuntime,
+    target: &mut TargetSlice,
+    src: &[u8],
+) -> Result<(), GdsError> {
+    if !matches!(target.kind(), MemKind::Device { .. }) {
+        return Err(not_device("cudaMemcpy", target.kind()));
+    }
+    if src.len() != target.len() {
+        return Err(GdsError::Cuda {
+            call: "cudaMemcpy",
+            code: 1,
+            name: format!(
+                "cudaErrorInvalidValue: {} bytes for a {}-byte range",
+                src.len(),
+                target.len()
+            ),
+        });
+    }
+    // SAFETY: the pin gives this call the only access to the range, which is device memory
+    // of `target.len()` bytes (its region's contract); `src` is readable host memory.
+    cuda.check("cudaMemcpy", unsafe {
+        (cuda.memcpy)(
+            target.as_ptr().cast_mut().cast(),
+            src.as_ptr().cast(),
+            src.len(),
+            HOST_TO_DEVICE,
+        )
+    })
+}
+
+/// Copies a pinned range of device memory into `dst` (`cudaMemcpy`, device to host); `dst`
+/// must be as long as the range.
+pub fn copy_from_device(
+    cuda: &CudaRuntime,
+    source: &SourceSlice,
+    dst: &mut [u8],
+) -> Result<(), GdsError> {
+    if !matches!(source.kind(), MemKind::Device { .. }) {
+        return Err(not_device("cudaMemcpy", source.kind()));
+    }
+    if dst.len() != source.len() {
+        return Err(GdsError::Cuda {
+            call: "cudaMemcpy",
+            code: 1,
+            name: format!(
+                "cudaErrorInvalidValue: {} bytes for a {}-byte range",
+                dst.len(),
+                source.len()
+            ),
+        });
+    }
+    // SAFETY: the pin excludes writers of the range, which is device memory of
+    // `source.len()` bytes (its region's contract); `dst` is writable host memory.
+    cuda.check("cudaMemcpy", unsafe {
+        (cuda.memcpy)(
+            dst.as_mut_ptr().cast(),
+            source.as_ptr().cast(),
+            dst.len(),
+            DEVICE_TO_HOST,
+        )
+    })
 }
 
 /// Device memory from `cudaMalloc`; freed on drop.

@@ -5,6 +5,7 @@
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::cufile::CuFile;
 use crate::error::GdsError;
@@ -42,13 +43,15 @@ pub struct Found {
     pub mode: Mode,
     /// Each dir checked: a file registered, one block written and read back.
     pub dirs: Vec<PathBuf>,
+    /// The library, loaded (its driver closed again), for the plugin to use.
+    pub cufile: Arc<CuFile>,
 }
 
 /// Loads cuFile (from `library`, or the search path), opens the driver, and in each of
 /// `dirs` registers an O_DIRECT file and writes and reads back one block from host memory;
 /// the first failure is the error, naming the dir.
 pub fn probe(dirs: &[PathBuf], library: Option<&Path>) -> Result<Found, ProbeError> {
-    let cufile = CuFile::load(library).map_err(|e| ProbeError::at(None, e))?;
+    let cufile = Arc::new(CuFile::load(library).map_err(|e| ProbeError::at(None, e))?);
     cufile.open_driver().map_err(|e| ProbeError::at(None, e))?;
     let checked = dirs
         .iter()
@@ -62,6 +65,7 @@ pub fn probe(dirs: &[PathBuf], library: Option<&Path>) -> Result<Found, ProbeErr
         stand_in: cufile.is_stand_in(),
         mode: mode(),
         dirs,
+        cufile,
     })
 }
 

@@ -93,7 +93,7 @@ fn no_gpu_and_no_runtime_are_named() {
                 library: "the CUDA runtime",
                 ..
             }
-        ) && e.to_string().contains("cudart_path"),
+        ) && e.to_string().contains("give the path of the library"),
         "{e}"
     );
 }

@@ -22,6 +22,10 @@ pub fn builtin_plugins() -> Vec<&'static raw::PluginDescriptor> {
     [
         #[cfg(feature = "posix")]
         &hicache_posix::DESCRIPTOR,
+        #[cfg(feature = "gds")]
+        &hicache_gds::GDS_MT_DESCRIPTOR,
+        #[cfg(feature = "gds")]
+        &hicache_gds::GDS_DESCRIPTOR,
         #[cfg(feature = "obj")]
         &hicache_obj::DESCRIPTOR,
     ]
@@ -137,14 +141,14 @@ mod tests {
     /// CONFIG.md is the reference of a build with every plugin that exists; a change to a
     /// key table or a plugin's parameters that is not carried into it fails here.
     #[test]
-    #[cfg(all(feature = "posix", feature = "obj"))]
+    #[cfg(all(feature = "posix", feature = "obj", feature = "gds"))]
     fn config_md_is_the_generated_reference() {
         let generated = crate::config_keys_markdown(&super::reference());
         let committed = include_str!("../CONFIG.md");
         if generated != committed {
             let path = concat!(env!("CARGO_MANIFEST_DIR"), "/CONFIG.md");
             panic!(
-                "{path} is out of date; regenerate it with\n  cargo run -p hicache-cli --features obj -- config keys --markdown > hicache/CONFIG.md\n\ngenerated:\n{generated}"
+                "{path} is out of date; regenerate it with\n  cargo run -p hicache-cli --features obj,gds -- config keys --markdown > hicache/CONFIG.md\n\ngenerated:\n{generated}"
             );
         }
     }
@@ -158,6 +162,12 @@ mod tests {
         }
         if cfg!(feature = "obj") {
             assert!(names.contains(&"OBJ"), "{names:?}");
+        }
+        if cfg!(feature = "gds") {
+            assert!(
+                names.contains(&"GDS") && names.contains(&"GDS_MT"),
+                "{names:?}"
+            );
         }
     }
 }

@@ -251,15 +251,48 @@ fn ci() -> Result<(), String> {
     totals.breadth.merge(t.breadth);
 
     let mut obj = cargo();
-    obj.args(["test", "-p", "hicache", "--features", "obj", "--lib"]);
+    obj.args(["test", "-p", "hicache", "--features", "obj,gds", "--lib"]);
     let t = counted_step(
-        "cargo test -p hicache --features obj (OBJ registered by the facade)",
+        "cargo test -p hicache --features obj,gds (OBJ, GDS and GDS_MT registered by the facade; CONFIG.md)",
         obj,
     )?;
     totals.passed += t.passed;
     totals.failed += t.failed;
     totals.ignored += t.ignored;
     totals.breadth.merge(t.breadth);
+
+    // `hicache plugins` in a build with GDS: both plugins listed with their verdicts.
+    let mut gds_lint = cargo();
+    gds_lint.args([
+        "clippy",
+        "-p",
+        "hicache-cli",
+        "--features",
+        "gds",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    step("cargo clippy -p hicache-cli --features gds", gds_lint)?;
+    let mut gds_cli = cargo();
+    gds_cli.args([
+        "test",
+        "-p",
+        "hicache-cli",
+        "--features",
+        "gds",
+        "--test",
+        "cli",
+        "gds::",
+    ]);
+    let t = counted_step(
+        "cargo test -p hicache-cli --features gds --test cli gds:: (the GDS plugins in `hicache plugins`)",
+        gds_cli,
+    )?;
+    totals.passed += t.passed;
+    totals.failed += t.failed;
+    totals.ignored += t.ignored;
 
     // The facade's examples are what an engine author copies: they must build and run.
     for (example, feature) in [

@@ -6,6 +6,8 @@ mod config_keys;
 #[cfg(feature = "dynamic")]
 mod dynamic;
 mod flags;
+#[cfg(feature = "gds")]
+mod gds;
 mod output;
 mod shared_root;
 
