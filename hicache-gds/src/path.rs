@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -120,7 +121,8 @@ impl CuFilePath {
 
     /// One transfer with `cuFileRead`/`cuFileWrite`, segment after segment.
     fn transfer_sync(&self, t: &Transfer<'_>) -> io::Result<u64> {
-        let handle = self.cufile.register_file(t.file()).map_err(io_error)?;
+        let fd = registrable(t.file())?;
+        let handle = self.cufile.register_file(fd.as_fd()).map_err(io_error)?;
         let mut done = 0u64;
         for (addr, len) in t.segments() {
             let (base, buf_offset) = self.locate(addr, len)?;
@@ -153,16 +155,30 @@ impl CuFilePath {
         max_request: usize,
     ) -> Vec<io::Result<u64>> {
         let mut results: Vec<Option<io::Result<u64>>> = (0..batch.len()).map(|_| None).collect();
-        let handles: Vec<Option<FileHandle<'_>>> = batch
+        let fds: Vec<Option<Registrable<'_>>> = batch
             .iter()
             .enumerate()
-            .map(|(i, t)| match self.cufile.register_file(t.file()) {
-                Ok(h) => Some(h),
+            .map(|(i, t)| match registrable(t.file()) {
+                Ok(fd) => Some(fd),
                 Err(e) => {
-                    results[i] = Some(Err(io_error(e)));
+                    results[i] = Some(Err(e));
                     None
                 }
             })
+            .collect();
+        let handles: Vec<Option<FileHandle<'_>>> = fds
+            .iter()
+            .enumerate()
+            .map(
+                |(i, fd)| match fd.as_ref().map(|fd| self.cufile.register_file(fd.as_fd())) {
+                    Some(Ok(h)) => Some(h),
+                    Some(Err(e)) => {
+                        results[i] = Some(Err(io_error(e)));
+                        None
+                    }
+                    None => None,
+                },
+            )
             .collect();
         // Requests in transfer order, each with its transfer's index.
         let mut requests = Vec::new();
@@ -201,6 +217,7 @@ impl CuFilePath {
         }
         drop(requests);
         drop(handles);
+        drop(fds);
         results
             .into_iter()
             .zip(done)
@@ -246,6 +263,56 @@ impl CuFilePath {
         }
         outcomes
     }
+}
+
+/// A descriptor cuFile will register for an open file: the file layer's own, or the same
+/// file opened again.
+enum Registrable<'a> {
+    Same(BorrowedFd<'a>),
+    Reopened(OwnedFd),
+}
+
+impl Registrable<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Registrable::Same(fd) => *fd,
+            Registrable::Reopened(fd) => fd.as_fd(),
+        }
+    }
+}
+
+/// cuFile 1.15.1 refuses to register a descriptor whose flags hold `O_NONBLOCK` or
+/// `O_NOFOLLOW` (`CU_FILE_INVALID_FILE_OPEN_FLAG`, measured on the H200). The file layer
+/// opens objects for reading with `O_NONBLOCK` (so a FIFO planted under the root cannot hang
+/// the open) and, on kernels without `openat2`, with `O_NOFOLLOW`. Once the descriptor is
+/// known to be a regular file, `O_NONBLOCK` means nothing for it and is cleared;
+/// `O_NOFOLLOW` cannot be cleared, so the file is opened again through
+/// `/proc/self/fd/<fd>`, which names the very file already open, never a path in the tree.
+fn registrable(file: BorrowedFd<'_>) -> io::Result<Registrable<'_>> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = OFlag::from_bits_retain(fcntl(file, FcntlArg::F_GETFL)?);
+    let refused = OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW;
+    if !flags.intersects(refused) {
+        return Ok(Registrable::Same(file));
+    }
+    let st = nix::sys::stat::fstat(file)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    if !flags.contains(OFlag::O_NOFOLLOW) {
+        fcntl(file, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))?;
+        return Ok(Registrable::Same(file));
+    }
+    let keep = OFlag::O_ACCMODE | OFlag::O_DIRECT;
+    let again = nix::fcntl::open(
+        format!("/proc/self/fd/{}", file.as_raw_fd()).as_str(),
+        (flags & keep) | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    Ok(Registrable::Reopened(again))
 }
 
 /// The requests of one transfer: each segment split into pieces of at most `max_request`.
@@ -489,5 +556,78 @@ mod registrations {
             unsafe { cufile.deregister_buffer(base as *const c_void) }?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+
+    use super::{Registrable, registrable};
+
+    fn flags(fd: std::os::fd::BorrowedFd<'_>) -> OFlag {
+        OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL).unwrap())
+    }
+
+    #[test]
+    fn descriptors_lose_the_flags_cufile_refuses_and_stay_the_same_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("object");
+        std::fs::write(&path, b"x").unwrap();
+        let ino = std::fs::metadata(&path).unwrap().ino();
+        // Plain: the descriptor itself.
+        let plain = std::fs::File::open(&path).unwrap();
+        assert!(matches!(
+            registrable(plain.as_fd()).unwrap(),
+            Registrable::Same(_)
+        ));
+        // O_NONBLOCK: cleared on the same descriptor.
+        let nonblock = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .unwrap();
+        match registrable(nonblock.as_fd()).unwrap() {
+            Registrable::Same(fd) => assert_eq!(fd.as_raw_fd(), nonblock.as_raw_fd()),
+            Registrable::Reopened(_) => panic!("O_NONBLOCK is cleared in place"),
+        }
+        assert!(!flags(nonblock.as_fd()).contains(OFlag::O_NONBLOCK));
+        // O_NOFOLLOW: the same file opened again, same access mode, neither flag.
+        let nofollow = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+            .unwrap();
+        let again = registrable(nofollow.as_fd()).unwrap();
+        let Registrable::Reopened(fd) = &again else {
+            panic!("O_NOFOLLOW needs a new descriptor")
+        };
+        let f = flags(fd.as_fd());
+        assert!(
+            !f.intersects(OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK),
+            "{f:?}"
+        );
+        assert_eq!(f & OFlag::O_ACCMODE, OFlag::O_RDWR);
+        let st = nix::sys::stat::fstat(fd.as_fd()).unwrap();
+        assert_eq!(st.st_ino, ino);
+    }
+
+    #[test]
+    fn what_is_not_a_regular_file_is_refused_before_its_flags_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let e = registrable(f.as_fd()).err().unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(flags(f.as_fd()).contains(OFlag::O_NONBLOCK));
     }
 }

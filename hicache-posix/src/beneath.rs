@@ -2,8 +2,8 @@
 //!
 //! A storage dir is opened once, by the path the user configured. From then on every bucket
 //! dir, object, temporary and spare file is reached from an open directory handle by a single
-//! name component: dirs are opened with `O_DIRECTORY | O_NOFOLLOW`, files with `openat2`
-//! and `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` (Linux 5.6+), or `openat` with `O_NOFOLLOW`
+//! name component: dirs (`O_DIRECTORY`) and files with `openat2` and
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` (Linux 5.6+), or `openat` with `O_NOFOLLOW`
 //! where the kernel lacks `openat2`. A symbolic link where hicache expects a file or a dir
 //! fails with `ELOOP` (reported as [`hicache_core::Error::UnsafePath`]) and is never followed;
 //! `stat` never follows one either. Renames and unlinks act on names, never on what a link
@@ -53,11 +53,14 @@ pub(crate) fn open(
     mode: u32,
 ) -> io::Result<OwnedFd> {
     check_name(name)?;
-    let flags = OFlag::from_bits_retain(flags | libc::O_CLOEXEC | libc::O_NOFOLLOW);
+    let flags = OFlag::from_bits_retain(flags | libc::O_CLOEXEC);
     let creates = flags.intersects(OFlag::O_CREAT | OFlag::O_TMPFILE);
     // openat2 refuses a mode without O_CREAT.
     let mode = Mode::from_bits_truncate(if creates { mode } else { 0 });
     if OPENAT2.load(Ordering::Relaxed) != 2 {
+        // RESOLVE_NO_SYMLINKS refuses a final link too (ELOOP), so the descriptor needs no
+        // O_NOFOLLOW, which would stay in its flags: cuFile refuses to register a
+        // descriptor that carries it.
         let how = OpenHow::new()
             .flags(flags)
             .mode(mode)
@@ -75,7 +78,7 @@ pub(crate) fn open(
             }
         }
     }
-    retry(|| nix::fcntl::openat(dir, name, flags, mode))
+    retry(|| nix::fcntl::openat(dir, name, flags | OFlag::O_NOFOLLOW, mode))
 }
 
 /// Opens the dir `name` in `dir` (read-only, so it can be listed and fsynced), refusing links.

@@ -8,7 +8,8 @@
  * Faithful where hicache depends on it:
  * - every call but cuFileDriverOpen needs the driver open (CU_FILE_DRIVER_NOT_INITIALIZED);
  * - cuFileHandleRegister checks the descriptor's type (CU_FILE_INVALID_FILE_TYPE) and the fd
- *   (CU_FILE_INVALID_VALUE);
+ *   (CU_FILE_INVALID_VALUE), and like cuFile 1.15.1 (measured on the H200) refuses a
+ *   descriptor whose flags hold O_NONBLOCK or O_NOFOLLOW (CU_FILE_INVALID_FILE_OPEN_FLAG);
  * - a buffer registered twice is CU_FILE_MEMORY_ALREADY_REGISTERED, deregistering one that
  *   is not registered CU_FILE_MEMORY_NOT_REGISTERED;
  * - cuFileRead/cuFileWrite return the bytes moved, -1 with errno for an OS error, or a
@@ -50,6 +51,7 @@ enum {
     SUCCESS = 0,
     DRIVER_NOT_INITIALIZED = 5001,
     INVALID_FILE_TYPE = 5018,
+    INVALID_FILE_OPEN_FLAG = 5019,
     INVALID_VALUE = 5022,
     MEMORY_ALREADY_REGISTERED = 5023,
     MEMORY_NOT_REGISTERED = 5024,
@@ -149,8 +151,12 @@ EXPORT CUfileError_t cuFileHandleRegister(void **fh, CUfileDescr_t *descr) {
     if (descr->type != 1) {
         return status(INVALID_FILE_TYPE);
     }
-    if (fcntl(descr->handle.fd, F_GETFL) < 0) {
+    int flags = fcntl(descr->handle.fd, F_GETFL);
+    if (flags < 0) {
         return status(INVALID_VALUE);
+    }
+    if (flags & (O_NONBLOCK | O_NOFOLLOW)) {
+        return status(INVALID_FILE_OPEN_FLAG);
     }
     handle *h = malloc(sizeof *h);
     if (h == NULL) {
