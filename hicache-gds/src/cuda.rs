@@ -31,6 +31,8 @@ type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
 type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 type MemcpyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int) -> c_int;
 type ErrorNameFn = unsafe extern "C" fn(c_int) -> *const c_char;
+type HostRegisterFn = unsafe extern "C" fn(*mut c_void, usize, u32) -> c_int;
+type HostUnregisterFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 /// A loaded CUDA runtime.
 pub struct CudaRuntime {
@@ -41,6 +43,8 @@ pub struct CudaRuntime {
     free: FreeFn,
     memcpy: MemcpyFn,
     error_name: ErrorNameFn,
+    /// `cudaHostRegister` / `cudaHostUnregister`, when the library has them.
+    host_register: Option<(HostRegisterFn, HostUnregisterFn)>,
     // Last: the functions above point into it.
     _library: libloading::Library,
 }
@@ -72,6 +76,9 @@ impl CudaRuntime {
                 free: function(&library, &path, "cudaFree")?,
                 memcpy: function(&library, &path, "cudaMemcpy")?,
                 error_name: function(&library, &path, "cudaGetErrorName")?,
+                host_register: function(&library, &path, "cudaHostRegister")
+                    .and_then(|r| Ok((r, function(&library, &path, "cudaHostUnregister")?)))
+                    .ok(),
                 path,
                 _library: library,
             })
@@ -118,6 +125,35 @@ impl CudaRuntime {
         })?;
         // SAFETY: any device number is accepted or refused by the runtime.
         self.check("cudaSetDevice", unsafe { (self.set_device)(device) })
+    }
+
+    /// Page-locks `len` bytes of host memory at `ptr` (`cudaHostRegister`), so copies to
+    /// and from the GPU run at full speed; a runtime without the function is
+    /// [`GdsError::MissingSymbol`].
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must be host memory that stays allocated until
+    /// [`host_unregister`](Self::host_unregister).
+    pub unsafe fn host_register(&self, ptr: *mut u8, len: usize) -> Result<(), GdsError> {
+        let (register, _) = self.host_register.ok_or_else(|| GdsError::MissingSymbol {
+            path: self.path.clone(),
+            symbol: "cudaHostRegister",
+        })?;
+        // SAFETY: the caller's contract; flags 0 is cudaHostRegisterDefault.
+        self.check("cudaHostRegister", unsafe { register(ptr.cast(), len, 0) })
+    }
+
+    /// `cudaHostUnregister` of memory [`host_register`](Self::host_register) page-locked.
+    ///
+    /// # Safety
+    /// `ptr` was registered, and no copy on it is in flight.
+    pub unsafe fn host_unregister(&self, ptr: *mut u8) -> Result<(), GdsError> {
+        let (_, unregister) = self.host_register.ok_or_else(|| GdsError::MissingSymbol {
+            path: self.path.clone(),
+            symbol: "cudaHostUnregister",
+        })?;
+        // SAFETY: the caller's contract.
+        self.check("cudaHostUnregister", unsafe { unregister(ptr.cast()) })
     }
 
     /// `len` bytes of device memory on the current device, freed on drop.

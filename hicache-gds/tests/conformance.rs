@@ -7,10 +7,16 @@
 //! Each backend is opened as selection opens it: config, parameters checked, probe, build
 //! with the probe's findings. GDS runs with small batches (8 requests of at most 8 KiB), so
 //! objects are split into several requests and one call needs several batches.
+//!
+//! On a CUDA machine the same binary runs against NVIDIA's libraries and real GPU memory:
+//! `HICACHE_GDS_CUFILE=/usr/local/cuda/lib64/libcufile.so.0
+//! HICACHE_GDS_CUDART=/usr/local/cuda/lib64/libcudart.so` (both, or neither), with
+//! `HICACHE_TEST_ROOT` on a filesystem cuFile can register files in.
 
 mod support;
 
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use hicache_core::raw::{
     DynBackend, PluginContext, PluginDescriptor, SourceSlice, TargetSlice, params_for,
@@ -21,6 +27,22 @@ use hicache_gds::{GDS_DESCRIPTOR, GDS_MT_DESCRIPTOR};
 use hicache_testkit::memory::TestMemory;
 use hicache_testkit::{Suite, TrialEnv};
 
+/// The libraries under test: NVIDIA's when `HICACHE_GDS_CUFILE` and `HICACHE_GDS_CUDART`
+/// name them, else the stand-ins.
+fn libraries() -> &'static (PathBuf, PathBuf) {
+    static LIBS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    LIBS.get_or_init(|| {
+        match (
+            std::env::var_os("HICACHE_GDS_CUFILE"),
+            std::env::var_os("HICACHE_GDS_CUDART"),
+        ) {
+            (Some(cufile), Some(cudart)) => (cufile.into(), cudart.into()),
+            (None, None) => (support::cufile().into(), support::cudart().into()),
+            _ => panic!("set both HICACHE_GDS_CUFILE and HICACHE_GDS_CUDART, or neither"),
+        }
+    })
+}
+
 /// Opens `plugin` over the trial dir through its probe and build.
 fn open(plugin: &'static PluginDescriptor, env: &TrialEnv) -> Result<DynBackend> {
     let section = format!("plugin.{}", plugin.name.to_ascii_lowercase());
@@ -28,7 +50,7 @@ fn open(plugin: &'static PluginDescriptor, env: &TrialEnv) -> Result<DynBackend>
         .set("storage_dir", env.dir().join("store").display().to_string())
         .set(
             format!("{section}.cufile_path"),
-            support::cufile().display().to_string(),
+            libraries().0.display().to_string(),
         )
         .set(format!("{section}.threads"), 4);
     if plugin.name == hicache_gds::GDS {
@@ -49,13 +71,14 @@ fn open(plugin: &'static PluginDescriptor, env: &TrialEnv) -> Result<DynBackend>
     plugin.build(&ctx.with_findings(probe.findings()))
 }
 
-/// "Device" memory of the stand-in CUDA runtime, copied with its `cudaMemcpy`.
-struct StandInDevice(Arc<CudaRuntime>);
+/// Device 0's memory (the stand-in runtime's "device" memory, or a GPU's), copied with
+/// `cudaMemcpy`.
+struct Device(Arc<CudaRuntime>);
 
-impl StandInDevice {
+impl Device {
     fn shared() -> Arc<dyn TestMemory> {
-        let cuda = CudaRuntime::load(Some(support::cudart())).expect("the stand-in loads");
-        Arc::new(StandInDevice(Arc::new(cuda)))
+        let cuda = CudaRuntime::load(Some(&libraries().1)).expect("the CUDA runtime loads");
+        Arc::new(Device(Arc::new(cuda)))
     }
 }
 
@@ -63,7 +86,7 @@ fn cuda_error(e: hicache_gds::GdsError) -> Error {
     e.into_error("test memory")
 }
 
-impl TestMemory for StandInDevice {
+impl TestMemory for Device {
     fn alloc(&self, len: u64) -> Result<MemoryRegion> {
         device_region(&self.0, 0, len as usize).map_err(cuda_error)
     }
@@ -79,12 +102,12 @@ impl TestMemory for StandInDevice {
     }
 
     fn describe(&self) -> String {
-        "device 0 of the stand-in CUDA runtime".into()
+        format!("device 0 of {}", self.0.path().display())
     }
 }
 
 fn main() -> std::process::ExitCode {
-    let device = StandInDevice::shared();
+    let device = Device::shared();
     Suite::new("GDS")
         .variant("gds_mt_host", None, |env| open(&GDS_MT_DESCRIPTOR, env))
         .variant("gds_mt_device", None, |env| open(&GDS_MT_DESCRIPTOR, env))

@@ -15,7 +15,8 @@ struct Built {
 fn built() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
+        // Under the build's own tmp dir: a static is never dropped, so this dir stays.
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         Built {
             cufile: hicache_testkit::standins::cufile(dir.path()).unwrap(),
             cudart: hicache_testkit::standins::cudart(dir.path()).unwrap(),
