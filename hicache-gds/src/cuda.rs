@@ -237,12 +237,21 @@ impl Drop for DeviceAlloc {
     }
 }
 
-fn not_device(call: &'static str, kind: MemKind) -> GdsError {
-    GdsError::Cuda {
-        call,
+/// Why a copy between `host` bytes and a pinned range of `kind` and `range` bytes cannot
+/// run, if it cannot: the range must be device memory exactly as long as the host side.
+fn copy_refused(kind: MemKind, range: usize, host: usize) -> Result<(), GdsError> {
+    let why = if !matches!(kind, MemKind::Device { .. }) {
+        format!("the range is {kind} memory, not device memory")
+    } else if range != host {
+        format!("{host} bytes for a {range}-byte range")
+    } else {
+        return Ok(());
+    };
+    Err(GdsError::Cuda {
+        call: "cudaMemcpy",
         code: 1,
-        name: format!("cudaErrorInvalidValue: the range is {kind} memory, not device memory"),
-    }
+        name: format!("cudaErrorInvalidValue: {why}"),
+    })
 }
 
 /// Copies `src` into a pinned range of device memory (`cudaMemcpy`, host to device); `src`
@@ -252,20 +261,7 @@ pub fn copy_to_device(
     target: &mut TargetSlice,
     src: &[u8],
 ) -> Result<(), GdsError> {
-    if !matches!(target.kind(), MemKind::Device { .. }) {
-        return Err(not_device("cudaMemcpy", target.kind()));
-    }
-    if src.len() != target.len() {
-        return Err(GdsError::Cuda {
-            call: "cudaMemcpy",
-            code: 1,
-            name: format!(
-                "cudaErrorInvalidValue: {} bytes for a {}-byte range",
-                src.len(),
-                target.len()
-            ),
-        });
-    }
+    copy_refused(target.kind(), target.len(), src.len())?;
     // SAFETY: the pin gives this call the only access to the range, which is device memory
     // of `target.len()` bytes (its region's contract); `src` is readable host memory.
     cuda.check("cudaMemcpy", unsafe {
@@ -285,20 +281,7 @@ pub fn copy_from_device(
     source: &SourceSlice,
     dst: &mut [u8],
 ) -> Result<(), GdsError> {
-    if !matches!(source.kind(), MemKind::Device { .. }) {
-        return Err(not_device("cudaMemcpy", source.kind()));
-    }
-    if dst.len() != source.len() {
-        return Err(GdsError::Cuda {
-            call: "cudaMemcpy",
-            code: 1,
-            name: format!(
-                "cudaErrorInvalidValue: {} bytes for a {}-byte range",
-                dst.len(),
-                source.len()
-            ),
-        });
-    }
+    copy_refused(source.kind(), source.len(), dst.len())?;
     // SAFETY: the pin excludes writers of the range, which is device memory of
     // `source.len()` bytes (its region's contract); `dst` is writable host memory.
     cuda.check("cudaMemcpy", unsafe {

@@ -97,3 +97,50 @@ fn no_gpu_and_no_runtime_are_named() {
         "{e}"
     );
 }
+
+/// Device regions: 4096-aligned, zeroed, and copied only as device memory of the exact
+/// length; a host range or a length that differs is the runtime's invalid-value error.
+#[test]
+fn device_regions_are_aligned_zeroed_and_copied_only_as_they_are() {
+    use hicache_gds::cuda::{DEVICE_REGION_ALIGN, copy_from_device, copy_to_device, device_region};
+    let _turn = support::serial();
+    let cuda = std::sync::Arc::new(CudaRuntime::load(Some(support::cudart())).unwrap());
+    let r = device_region(&cuda, 0, 3 * 4096).unwrap();
+    assert_eq!(r.addr() % DEVICE_REGION_ALIGN, 0);
+    assert!(matches!(
+        r.kind(),
+        hicache_core::MemKind::Device { device: 0 }
+    ));
+    let mut out = vec![1u8; 3 * 4096];
+    copy_from_device(&cuda, &r.source(0, 3 * 4096, "t").unwrap(), &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == 0));
+    let mut t = r.target(4096, 4096, "t").unwrap();
+    copy_to_device(&cuda, &mut t, &[7; 4096]).unwrap();
+    let e = copy_to_device(&cuda, &mut t, &[7; 100]).unwrap_err();
+    assert!(
+        e.to_string().contains("100 bytes for a 4096-byte range"),
+        "{e}"
+    );
+    drop(t);
+    let mut short = vec![0u8; 10];
+    let e = copy_from_device(&cuda, &r.source(0, 4096, "t").unwrap(), &mut short).unwrap_err();
+    assert!(e.to_string().contains("cudaErrorInvalidValue"), "{e}");
+    let host = hicache_core::MemoryRegion::from_aligned(
+        hicache_core::raw::AlignedBuf::zeroed(4096, 4096).unwrap(),
+    );
+    let e = copy_to_device(&cuda, &mut host.target(0, 4096, "t").unwrap(), &[0; 4096]).unwrap_err();
+    assert!(
+        e.to_string().contains("host memory, not device memory"),
+        "{e}"
+    );
+    let e = device_region(&cuda, 0, usize::MAX).unwrap_err();
+    assert!(e.to_string().contains("cudaErrorMemoryAllocation"), "{e}");
+    set_devices(0);
+    let e = device_region(&cuda, 0, 4096).unwrap_err();
+    set_devices(1);
+    let text = e.to_string();
+    assert!(
+        text.contains("cudaErrorNoDevice") || text.contains("cudaErrorInvalidDevice"),
+        "{text}"
+    );
+}
