@@ -1,5 +1,7 @@
 //! The thread pool's executor: an operation's steps ([`crate::protocol::op`]) as blocking
-//! system calls, one after another, with the results handed to [`Op::advance`].
+//! system calls, one after another, with the results handed to [`Op::advance`]. With a
+//! [`DataPath`], the `Read` and `Write` steps go to the path instead ([`Running`] stops at
+//! them, so a worker can gather several operations' transfers into one call).
 //!
 //! Every path operation goes through [`crate::beneath`]: objects are reached from their
 //! bucket dir's handle by one name, and no link is ever followed. Names live in stack
