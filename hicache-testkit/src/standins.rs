@@ -24,3 +24,17 @@ pub fn cudart(dir: &Path) -> Result<PathBuf, String> {
     crate::cc::shared_library(&[("cudart.c", CUDART_C)], &[], &out)?;
     Ok(out)
 }
+
+/// The source of the USRBIO stand-in (`libhf3fs_api_shared.so`'s functions over
+/// pread/pwrite, a "mount" being a dir holding `.hf3fs-stand-in-mount`).
+pub const USRBIO_C: &str = include_str!("../standins/usrbio.c");
+
+/// The file that marks a dir as a 3FS mount for the USRBIO stand-in.
+pub const USRBIO_MOUNT_MARKER: &str = ".hf3fs-stand-in-mount";
+
+/// Builds the USRBIO stand-in as `dir/libhf3fs_api_shared.so`.
+pub fn usrbio(dir: &Path) -> Result<PathBuf, String> {
+    let out = dir.join("libhf3fs_api_shared.so");
+    crate::cc::shared_library(&[("usrbio.c", USRBIO_C)], &[], &out)?;
+    Ok(out)
+}
