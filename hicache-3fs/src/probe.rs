@@ -66,7 +66,7 @@ pub fn probe(dirs: &[PathBuf], library: Option<&Path>) -> Result<Found, ProbeErr
     })
 }
 
-fn check_dir(usrbio: &Usrbio, dir: &Path) -> Result<PathBuf, UsrbioError> {
+fn check_dir(usrbio: &Arc<Usrbio>, dir: &Path) -> Result<PathBuf, UsrbioError> {
     let mount = usrbio.mount_point(dir)?;
     let mut iov = usrbio.create_iov(&mount, PROBE_BYTES)?;
     let mut writes = usrbio.create_ring(&mount, 4, false)?;

@@ -73,7 +73,7 @@ fn a_missing_library_lists_what_was_tried() {
 
 #[test]
 fn mounts_are_found_under_the_marker_and_nowhere_else() {
-    let u = Usrbio::load(Some(library())).unwrap();
+    let u = std::sync::Arc::new(Usrbio::load(Some(library())).unwrap());
     assert!(u.is_stand_in());
     let (m, dir) = mount();
     let real = std::fs::canonicalize(m.path()).unwrap();
@@ -108,7 +108,7 @@ fn mounts_are_found_under_the_marker_and_nowhere_else() {
 #[test]
 fn reg_fd_success_is_zero_and_failure_a_positive_errno() {
     let _turn = serial();
-    let u = Usrbio::load(Some(library())).unwrap();
+    let u = std::sync::Arc::new(Usrbio::load(Some(library())).unwrap());
     let (_m, dir) = mount();
     let f = file(&dir, "reg");
     let reg = u.register_fd(f.as_fd()).unwrap();
@@ -128,7 +128,7 @@ fn reg_fd_success_is_zero_and_failure_a_positive_errno() {
 #[test]
 fn rings_move_every_io_even_when_completions_come_a_few_at_a_time() {
     let _turn = serial();
-    let u = Usrbio::load(Some(library())).unwrap();
+    let u = std::sync::Arc::new(Usrbio::load(Some(library())).unwrap());
     let (m, dir) = mount();
     let mount = u.mount_point(m.path()).unwrap();
     // 10 I/Os through rings of 4 slots: three rounds, each reaped in several waits.
@@ -168,7 +168,7 @@ fn rings_move_every_io_even_when_completions_come_a_few_at_a_time() {
 #[test]
 fn io_outside_the_iov_is_refused_before_the_library_and_the_others_still_run() {
     let _turn = serial();
-    let u = Usrbio::load(Some(library())).unwrap();
+    let u = std::sync::Arc::new(Usrbio::load(Some(library())).unwrap());
     let (m, dir) = mount();
     let mount = u.mount_point(m.path()).unwrap();
     let mut iov = u.create_iov(&mount, 8192).unwrap();
@@ -194,7 +194,7 @@ fn io_outside_the_iov_is_refused_before_the_library_and_the_others_still_run() {
 #[test]
 fn failures_are_per_io_and_a_failed_wait_abandons_the_iov() {
     let _turn = serial();
-    let u = Usrbio::load(Some(library())).unwrap();
+    let u = std::sync::Arc::new(Usrbio::load(Some(library())).unwrap());
     let (m, dir) = mount();
     let mount = u.mount_point(m.path()).unwrap();
     let f = file(&dir, "faults");

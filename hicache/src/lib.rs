@@ -26,6 +26,8 @@ pub fn builtin_plugins() -> Vec<&'static raw::PluginDescriptor> {
         &hicache_gds::GDS_MT_DESCRIPTOR,
         #[cfg(feature = "gds")]
         &hicache_gds::GDS_DESCRIPTOR,
+        #[cfg(feature = "3fs")]
+        &hicache_3fs::DESCRIPTOR,
         #[cfg(feature = "obj")]
         &hicache_obj::DESCRIPTOR,
     ]
@@ -141,14 +143,14 @@ mod tests {
     /// CONFIG.md is the reference of a build with every plugin that exists; a change to a
     /// key table or a plugin's parameters that is not carried into it fails here.
     #[test]
-    #[cfg(all(feature = "posix", feature = "obj", feature = "gds"))]
+    #[cfg(all(feature = "posix", feature = "obj", feature = "gds", feature = "3fs"))]
     fn config_md_is_the_generated_reference() {
         let generated = crate::config_keys_markdown(&super::reference());
         let committed = include_str!("../CONFIG.md");
         if generated != committed {
             let path = concat!(env!("CARGO_MANIFEST_DIR"), "/CONFIG.md");
             panic!(
-                "{path} is out of date; regenerate it with\n  cargo run -p hicache-cli --features obj,gds -- config keys --markdown > hicache/CONFIG.md\n\ngenerated:\n{generated}"
+                "{path} is out of date; regenerate it with\n  cargo run -p hicache-cli --features obj,gds,3fs -- config keys --markdown > hicache/CONFIG.md\n\ngenerated:\n{generated}"
             );
         }
     }
@@ -162,6 +164,9 @@ mod tests {
         }
         if cfg!(feature = "obj") {
             assert!(names.contains(&"OBJ"), "{names:?}");
+        }
+        if cfg!(feature = "3fs") {
+            assert!(names.contains(&"3FS"), "{names:?}");
         }
         if cfg!(feature = "gds") {
             assert!(

@@ -251,9 +251,16 @@ fn ci() -> Result<(), String> {
     totals.breadth.merge(t.breadth);
 
     let mut obj = cargo();
-    obj.args(["test", "-p", "hicache", "--features", "obj,gds", "--lib"]);
+    obj.args([
+        "test",
+        "-p",
+        "hicache",
+        "--features",
+        "obj,gds,3fs",
+        "--lib",
+    ]);
     let t = counted_step(
-        "cargo test -p hicache --features obj,gds (OBJ, GDS and GDS_MT registered by the facade; CONFIG.md)",
+        "cargo test -p hicache --features obj,gds,3fs (OBJ, GDS, GDS_MT and 3FS registered by the facade; CONFIG.md)",
         obj,
     )?;
     totals.passed += t.passed;
@@ -261,33 +268,35 @@ fn ci() -> Result<(), String> {
     totals.ignored += t.ignored;
     totals.breadth.merge(t.breadth);
 
-    // `hicache plugins` in a build with GDS: both plugins listed with their verdicts.
+    // `hicache plugins` in a build with GDS and 3FS: each listed with its verdict.
     let mut gds_lint = cargo();
     gds_lint.args([
         "clippy",
         "-p",
         "hicache-cli",
         "--features",
-        "gds",
+        "gds,3fs",
         "--all-targets",
         "--",
         "-D",
         "warnings",
     ]);
-    step("cargo clippy -p hicache-cli --features gds", gds_lint)?;
+    step("cargo clippy -p hicache-cli --features gds,3fs", gds_lint)?;
     let mut gds_cli = cargo();
     gds_cli.args([
         "test",
         "-p",
         "hicache-cli",
         "--features",
-        "gds",
+        "gds,3fs",
         "--test",
         "cli",
+        "--",
         "gds::",
+        "threefs::",
     ]);
     let t = counted_step(
-        "cargo test -p hicache-cli --features gds --test cli gds:: (the GDS plugins in `hicache plugins`)",
+        "cargo test -p hicache-cli --features gds,3fs --test cli gds:: threefs:: (GDS, GDS_MT and 3FS in `hicache plugins`)",
         gds_cli,
     )?;
     totals.passed += t.passed;

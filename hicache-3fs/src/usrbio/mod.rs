@@ -16,6 +16,7 @@ use std::ffi::{CString, c_int, c_void};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::UsrbioError;
 
@@ -180,7 +181,7 @@ impl Usrbio {
 
     /// A new iov of `size` bytes published under `mount` (`hf3fs_iovcreate`, block size 0,
     /// any NUMA node); destroyed on drop.
-    pub fn create_iov(&self, mount: &Path, size: usize) -> Result<Iov<'_>, UsrbioError> {
+    pub fn create_iov(self: &Arc<Self>, mount: &Path, size: usize) -> Result<Iov, UsrbioError> {
         let c = c_path(mount)?;
         // SAFETY: all-zero is a valid value of this plain C struct.
         let mut raw: Box<sys::Hf3fsIov> = Box::new(unsafe { std::mem::zeroed() });
@@ -188,7 +189,7 @@ impl Usrbio {
         let r = unsafe { (self.iov_create)(&mut *raw, c.as_ptr(), size, 0, -1) };
         zero_or_errno("hf3fs_iovcreate", r)?;
         Ok(Iov {
-            usrbio: self,
+            usrbio: self.clone(),
             raw,
             abandoned: false,
         })
@@ -197,11 +198,11 @@ impl Usrbio {
     /// A ring of `entries` slots for reads or writes on `mount` (`hf3fs_iorcreate4`, I/Os
     /// issued as soon as submitted); destroyed on drop.
     pub fn create_ring(
-        &self,
+        self: &Arc<Self>,
         mount: &Path,
         entries: u32,
         for_read: bool,
-    ) -> Result<Ring<'_>, UsrbioError> {
+    ) -> Result<Ring, UsrbioError> {
         let c = c_path(mount)?;
         let entries_c = c_int::try_from(entries).map_err(|_| UsrbioError::Call {
             call: "hf3fs_iorcreate4",
@@ -214,7 +215,7 @@ impl Usrbio {
             unsafe { (self.ior_create4)(&mut *raw, c.as_ptr(), entries_c, for_read, 0, 0, -1, 0) };
         zero_or_errno("hf3fs_iorcreate4", r)?;
         Ok(Ring {
-            usrbio: self,
+            usrbio: self.clone(),
             raw,
             entries,
             for_read,
@@ -239,21 +240,26 @@ impl Usrbio {
 }
 
 /// A shared-memory region I/O moves through; destroyed on drop.
-pub struct Iov<'a> {
-    usrbio: &'a Usrbio,
+pub struct Iov {
+    // The library stays loaded while the iov lives.
+    usrbio: Arc<Usrbio>,
     // Boxed: the library may keep its address.
     raw: Box<sys::Hf3fsIov>,
     /// I/Os on it may still be in flight: never destroyed.
     abandoned: bool,
 }
 
-impl std::fmt::Debug for Iov<'_> {
+// SAFETY: the iov's memory and handle are the library's, usable from any thread; `&mut`
+// (Ring::run, bytes_mut) keeps one user at a time.
+unsafe impl Send for Iov {}
+
+impl std::fmt::Debug for Iov {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Iov").field("size", &self.raw.size).finish()
     }
 }
 
-impl Iov<'_> {
+impl Iov {
     /// Its length.
     pub fn len(&self) -> usize {
         self.raw.size
@@ -284,7 +290,7 @@ impl Iov<'_> {
     }
 }
 
-impl Drop for Iov<'_> {
+impl Drop for Iov {
     fn drop(&mut self) {
         if !self.abandoned {
             // SAFETY: created by `create_iov`, destroyed once, no I/O in flight.
@@ -330,8 +336,8 @@ pub struct Io<'f> {
 
 /// A ring for one direction; destroyed on drop. `&mut self` keeps it to one thread at a
 /// time, as `prep_io` requires.
-pub struct Ring<'a> {
-    usrbio: &'a Usrbio,
+pub struct Ring {
+    usrbio: Arc<Usrbio>,
     raw: Box<sys::Hf3fsIor>,
     entries: u32,
     for_read: bool,
@@ -339,7 +345,11 @@ pub struct Ring<'a> {
     abandoned: bool,
 }
 
-impl std::fmt::Debug for Ring<'_> {
+// SAFETY: a ring may be used from any thread, by one at a time (`&mut self` in `run`), as
+// the library requires of `prep_io`.
+unsafe impl Send for Ring {}
+
+impl std::fmt::Debug for Ring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ring")
             .field("entries", &self.entries)
@@ -348,7 +358,7 @@ impl std::fmt::Debug for Ring<'_> {
     }
 }
 
-impl Ring<'_> {
+impl Ring {
     /// Slots.
     pub fn entries(&self) -> u32 {
         self.entries
@@ -369,7 +379,7 @@ impl Ring<'_> {
     /// still use them.
     pub fn run(
         &mut self,
-        iov: &mut Iov<'_>,
+        iov: &mut Iov,
         ios: &[Io<'_>],
     ) -> Result<Vec<Result<u64, UsrbioError>>, UsrbioError> {
         let mut out: Vec<Option<Result<u64, UsrbioError>>> = ios.iter().map(|_| None).collect();
@@ -505,7 +515,7 @@ impl Ring<'_> {
     }
 }
 
-impl Drop for Ring<'_> {
+impl Drop for Ring {
     fn drop(&mut self) {
         if !self.abandoned {
             // SAFETY: created by `create_ring`, destroyed once; no I/O of it is in flight.

@@ -10,6 +10,8 @@ mod flags;
 mod gds;
 mod output;
 mod shared_root;
+#[cfg(feature = "3fs")]
+mod threefs;
 
 fn hicache() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hicache"));
