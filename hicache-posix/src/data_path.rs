@@ -8,8 +8,8 @@
 //! file plugin that only moves bytes differently would too.
 //!
 //! A backend with a data path runs its operations on the thread pool: each `Write` and
-//! `Read` step of an operation ([`crate::protocol::op`]) becomes one [`Transfer`] handed to
-//! the path, the other steps (open, close, flush, rename, the read's guard block that proves
+//! `Read` step of an operation (the file layer's object protocol) becomes one [`Transfer`]
+//! handed to the path, the other steps (open, close, flush, rename, the read's guard block that proves
 //! the file's length) stay system calls on the host. A path whose
 //! [`batch_limit`](DataPath::batch_limit) is above 1 gets the transfers of up to that many
 //! operations at once ([`DataPath::transfer_batch`]): each worker drives that many
