@@ -2,8 +2,9 @@
 //! the probe says on bad input, without the library and on a dir that is not on 3FS, and
 //! auto-selection above POSIX on a mount.
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+mod support;
+
+use std::path::Path;
 
 use hicache_3fs::{DESCRIPTOR, ThreeFsParams};
 use hicache_core::raw::{PluginContext, params_for};
@@ -12,21 +13,13 @@ use hicache_posix::FileLayerParams;
 use hicache_testkit::params::{check_params_read_by, read_by};
 use hicache_testkit::standins::USRBIO_MOUNT_MARKER;
 
-fn library() -> &'static PathBuf {
-    static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &BUILT
-        .get_or_init(|| {
-            let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-            let lib = hicache_testkit::standins::usrbio(dir.path()).unwrap();
-            (dir, lib)
-        })
-        .1
-}
-
 fn config(store: &Path, extra: &[(&str, &str)]) -> hicache_core::Result<hicache_core::Config> {
     let mut loader = ConfigLoader::new()
         .set("storage_dir", store.display().to_string())
-        .set("plugin.3fs.usrbio_path", library().display().to_string());
+        .set(
+            "plugin.3fs.usrbio_path",
+            support::library().display().to_string(),
+        );
     for (k, v) in extra {
         loader = loader.set(format!("plugin.3fs.{k}"), *v);
     }
@@ -105,7 +98,10 @@ fn the_probe_says_what_is_missing_and_creates_nothing() {
             "storage_dir",
             format!("{},{}", a.path().display(), b.path().display()),
         )
-        .set("plugin.3fs.usrbio_path", library().display().to_string())
+        .set(
+            "plugin.3fs.usrbio_path",
+            support::library().display().to_string(),
+        )
         .load()
         .unwrap();
     let e = verdict(&two).unwrap_err();

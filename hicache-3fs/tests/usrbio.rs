@@ -3,26 +3,17 @@
 //! mounts, the inverted `reg_fd` convention, rings that complete fewer I/Os than asked, a
 //! full ring, I/O outside the iov, injected failures, and the probe.
 
+mod support;
+
 use std::ffi::{CString, c_char, c_int};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
 use hicache_3fs::UsrbioError;
 use hicache_3fs::probe::probe;
 use hicache_3fs::usrbio::{Io, Usrbio};
 use hicache_testkit::standins::USRBIO_MOUNT_MARKER;
-
-fn library() -> &'static Path {
-    static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &BUILT
-        .get_or_init(|| {
-            let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-            let lib = hicache_testkit::standins::usrbio(dir.path()).unwrap();
-            (dir, lib)
-        })
-        .1
-}
 
 /// Injected failures are process-wide: tests that inject them, and tests that do I/O,
 /// take turns.
@@ -35,7 +26,7 @@ fn serial() -> MutexGuard<'static, ()> {
 fn fail(call: &str, errno: c_int) {
     // SAFETY: the stand-in's own function and C type; the library stays loaded (leaked).
     unsafe {
-        let lib = libloading::Library::new(library()).unwrap();
+        let lib = libloading::Library::new(support::library()).unwrap();
         let f: unsafe extern "C" fn(*const c_char, c_int) =
             *lib.get(b"hicache_usrbio_stand_in_fail").unwrap();
         std::mem::forget(lib);
@@ -73,7 +64,7 @@ fn a_missing_library_lists_what_was_tried() {
 
 #[test]
 fn mounts_are_found_under_the_marker_and_nowhere_else() {
-    let u = std::sync::Arc::new(Usrbio::load(Some(library())).unwrap());
+    let u = std::sync::Arc::new(Usrbio::load(Some(support::library())).unwrap());
     assert!(u.is_stand_in());
     let (m, dir) = mount();
     let real = std::fs::canonicalize(m.path()).unwrap();
@@ -108,7 +99,7 @@ fn mounts_are_found_under_the_marker_and_nowhere_else() {
 #[test]
 fn reg_fd_success_is_zero_and_failure_a_positive_errno() {
     let _turn = serial();
-    let u = std::sync::Arc::new(Usrbio::load(Some(library())).unwrap());
+    let u = std::sync::Arc::new(Usrbio::load(Some(support::library())).unwrap());
     let (_m, dir) = mount();
     let f = file(&dir, "reg");
     let reg = u.register_fd(f.as_fd()).unwrap();
@@ -128,7 +119,7 @@ fn reg_fd_success_is_zero_and_failure_a_positive_errno() {
 #[test]
 fn rings_move_every_io_even_when_completions_come_a_few_at_a_time() {
     let _turn = serial();
-    let u = std::sync::Arc::new(Usrbio::load(Some(library())).unwrap());
+    let u = std::sync::Arc::new(Usrbio::load(Some(support::library())).unwrap());
     let (m, dir) = mount();
     let mount = u.mount_point(m.path()).unwrap();
     // 10 I/Os through rings of 4 slots: three rounds, each reaped in several waits.
@@ -168,7 +159,7 @@ fn rings_move_every_io_even_when_completions_come_a_few_at_a_time() {
 #[test]
 fn io_outside_the_iov_is_refused_before_the_library_and_the_others_still_run() {
     let _turn = serial();
-    let u = std::sync::Arc::new(Usrbio::load(Some(library())).unwrap());
+    let u = std::sync::Arc::new(Usrbio::load(Some(support::library())).unwrap());
     let (m, dir) = mount();
     let mount = u.mount_point(m.path()).unwrap();
     let mut iov = u.create_iov(&mount, 8192).unwrap();
@@ -194,7 +185,7 @@ fn io_outside_the_iov_is_refused_before_the_library_and_the_others_still_run() {
 #[test]
 fn failures_are_per_io_and_a_failed_wait_abandons_the_iov() {
     let _turn = serial();
-    let u = std::sync::Arc::new(Usrbio::load(Some(library())).unwrap());
+    let u = std::sync::Arc::new(Usrbio::load(Some(support::library())).unwrap());
     let (m, dir) = mount();
     let mount = u.mount_point(m.path()).unwrap();
     let f = file(&dir, "faults");
@@ -245,9 +236,9 @@ fn failures_are_per_io_and_a_failed_wait_abandons_the_iov() {
 fn the_probe_round_trips_on_a_mount_and_names_a_dir_that_is_not_one() {
     let _turn = serial();
     let (m, dir) = mount();
-    let found = probe(std::slice::from_ref(&dir), Some(library())).unwrap();
+    let found = probe(std::slice::from_ref(&dir), Some(support::library())).unwrap();
     assert!(found.stand_in);
-    assert_eq!(found.loaded_from, library());
+    assert_eq!(found.loaded_from, support::library());
     assert_eq!(found.dirs[0].1, std::fs::canonicalize(m.path()).unwrap());
     assert_eq!(
         std::fs::read_dir(&dir).unwrap().count(),
@@ -255,11 +246,15 @@ fn the_probe_round_trips_on_a_mount_and_names_a_dir_that_is_not_one() {
         "the probe leaves nothing"
     );
     let plain = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let e = probe(&[dir.clone(), plain.path().to_path_buf()], Some(library())).unwrap_err();
+    let e = probe(
+        &[dir.clone(), plain.path().to_path_buf()],
+        Some(support::library()),
+    )
+    .unwrap_err();
     assert_eq!(e.dir.as_deref(), Some(plain.path()));
     assert!(e.to_string().contains("not on a 3FS mount"), "{e}");
     fail("io", libc::EIO);
-    let e = probe(std::slice::from_ref(&dir), Some(library())).unwrap_err();
+    let e = probe(std::slice::from_ref(&dir), Some(support::library())).unwrap_err();
     fail("io", 0);
     assert_eq!(e.dir.as_deref(), Some(dir.as_path()));
     assert_eq!(e.source.errno(), Some(libc::EIO));

@@ -18,9 +18,7 @@ mod support;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use hicache_core::raw::{
-    DynBackend, PluginContext, PluginDescriptor, SourceSlice, TargetSlice, params_for,
-};
+use hicache_core::raw::{DynBackend, PluginDescriptor, SourceSlice, TargetSlice};
 use hicache_core::{ConfigLoader, Error, MemoryRegion, Result};
 use hicache_gds::cuda::{CudaRuntime, copy_from_device, copy_to_device, device_region};
 use hicache_gds::{GDS_DESCRIPTOR, GDS_MT_DESCRIPTOR};
@@ -58,17 +56,7 @@ fn open(plugin: &'static PluginDescriptor, env: &TrialEnv) -> Result<DynBackend>
             .set(format!("{section}.batch_limit"), 8)
             .set(format!("{section}.max_request_size"), 8192);
     }
-    let config = loader.load()?;
-    let params = params_for(plugin, &config)?;
-    let ctx = PluginContext::new(&config, &params);
-    let probe = plugin.probe(&ctx);
-    if !probe.verdict().is_usable() {
-        return Err(Error::backend(
-            plugin.name,
-            format!("the probe said {}", probe.verdict()),
-        ));
-    }
-    plugin.build(&ctx.with_findings(probe.findings()))
+    hicache_testkit::open_probed(plugin, &loader.load()?)
 }
 
 /// Device 0's memory (the stand-in runtime's "device" memory, or a GPU's), copied with

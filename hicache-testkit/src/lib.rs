@@ -17,4 +17,4 @@ mod trial;
 pub use check::{CaseError, CaseResult, skip};
 pub use fault::{FaultPlan, FaultyBackend, Injected};
 pub use suite::{Suite, broken_suite};
-pub use trial::{Case, CaseFuture, Factory, Proof, TrialEnv, per_trial};
+pub use trial::{Case, CaseFuture, Factory, Proof, TrialEnv, open_probed, per_trial};

@@ -211,6 +211,26 @@ impl TrialEnv {
     }
 }
 
+/// Opens `plugin` for `config` as selection does — parameters checked, probe run, build
+/// with the probe's findings — for a factory that tests one plugin by name; an unusable
+/// probe is the error, with its verdict.
+pub fn open_probed(
+    plugin: &'static hicache_core::raw::PluginDescriptor,
+    config: &hicache_core::Config,
+) -> Result<DynBackend> {
+    let params = hicache_core::raw::params_for(plugin, config)?;
+    let ctx = hicache_core::raw::PluginContext::new(config, &params);
+    let probe = plugin.probe(&ctx);
+    if !probe.verdict().is_usable() {
+        return Err(hicache_core::Error::PluginUnusable {
+            plugin: plugin.name.into(),
+            reason: probe.verdict().to_string(),
+            hint: None,
+        });
+    }
+    plugin.build(&ctx.with_findings(probe.findings()))
+}
+
 /// Backends built so far, one per trial dir.
 type PerTrial = Arc<std::sync::Mutex<Vec<(PathBuf, DynBackend)>>>;
 
