@@ -19,6 +19,8 @@ use crate::root::Root;
 
 struct Batch {
     plan: Arc<Plan>,
+    /// Items a worker takes at once (see [`together`]).
+    chunk: usize,
     next: AtomicUsize,
     workers_left: AtomicUsize,
     done: Completion,
@@ -28,7 +30,7 @@ impl Batch {
     /// Takes items until none is left: one at a time, or with a batching data path as many
     /// as it takes in one call, run together.
     fn work(&self, roots: &[Root], scratch: &mut ReadScratch, path: Option<&dyn DataPath>) {
-        let together = together(path);
+        let together = self.chunk;
         loop {
             let start = self.next.fetch_add(together, Ordering::Relaxed);
             if start >= self.plan.len() {
@@ -56,9 +58,19 @@ impl Batch {
     }
 }
 
-/// Items a worker takes at once: what the data path moves in one call, else one.
-fn together(path: Option<&dyn DataPath>) -> usize {
-    path.map_or(1, |p| p.batch_limit().max(1))
+/// Items a worker takes at once from a plan of `items`: one, or with a batching data path
+/// (`limit` > 1) as many as the path moves in one call — but no more than spreads the plan
+/// over every worker, so a call of 32 objects keeps 16 workers busy with batches of 2
+/// rather than one worker with a batch of 32. (With whole calls as batches, GDS ran at
+/// 0.15× a raw cuFile loop on the H200 in compat mode, 2 calls of 32 pages in flight; the
+/// spread has not been measured there yet.)
+fn together(limit: usize, items: usize, workers: usize) -> usize {
+    limit.max(1).min(items.div_ceil(workers.max(1))).max(1)
+}
+
+/// What the data path moves in one call (1 without a path).
+fn batch_limit(path: Option<&dyn DataPath>) -> usize {
+    path.map_or(1, |p| p.batch_limit())
 }
 
 /// A pool of I/O threads fed by one multi-consumer channel.
@@ -125,12 +137,11 @@ impl ThreadEngine {
         if plan.len() == 0 {
             return;
         }
-        let fanout = plan
-            .len()
-            .div_ceil(together(self.path()))
-            .min(self.workers.len());
+        let chunk = together(batch_limit(self.path()), plan.len(), self.workers.len());
+        let fanout = plan.len().div_ceil(chunk).min(self.workers.len());
         let batch = Arc::new(Batch {
             plan,
+            chunk,
             next: AtomicUsize::new(0),
             workers_left: AtomicUsize::new(fanout),
             done: Completion::default(),
@@ -155,5 +166,23 @@ impl Drop for ThreadEngine {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::together;
+
+    #[test]
+    fn batches_spread_a_plan_over_the_workers_up_to_the_paths_limit() {
+        assert_eq!(
+            together(1, 20, 2),
+            1,
+            "no batching path: one item at a time"
+        );
+        assert_eq!(together(8, 20, 2), 8, "the path's limit");
+        assert_eq!(together(128, 32, 16), 2, "spread over 16 workers");
+        assert_eq!(together(128, 3, 16), 1);
+        assert_eq!(together(0, 0, 0), 1);
     }
 }
