@@ -55,7 +55,7 @@ hicache_core::register_plugin!(DESCRIPTOR);
 #[derive(Clone, Debug)]
 struct Settings {
     file: PosixConfig,
-    library: Option<PathBuf>,
+    usrbio_lib: Option<PathBuf>,
     iov_bytes: usize,
     entries: u32,
 }
@@ -88,7 +88,7 @@ impl Settings {
         };
         Ok(Settings {
             file,
-            library: p.usrbio_path.map(|s| PathBuf::from(s.value)),
+            usrbio_lib: p.usrbio_path.map(|s| PathBuf::from(s.value)),
             iov_bytes: iov_bytes as usize,
             entries: entries as u32,
         })
@@ -117,7 +117,7 @@ fn probe(ctx: &PluginContext<'_>) -> Probe {
         .iter()
         .cloned()
         .partition(|d| std::fs::symlink_metadata(d).is_ok());
-    let found = match crate::probe::probe(&existing, settings.library.as_deref()) {
+    let found = match crate::probe::probe(&existing, settings.usrbio_lib.as_deref()) {
         Ok(found) => found,
         Err(e) => {
             let hint = match (&e.source, &e.dir) {
@@ -207,8 +207,9 @@ fn build(ctx: &PluginContext<'_>) -> Result<DynBackend> {
         Some(f) => (f.settings.clone(), f.usrbio.clone(), f.mount.clone()),
         None => {
             let settings = Settings::from_context(ctx)?;
-            let usrbio =
-                Arc::new(Usrbio::load(settings.library.as_deref()).map_err(|e| to_error(e, None))?);
+            let usrbio = Arc::new(
+                Usrbio::load(settings.usrbio_lib.as_deref()).map_err(|e| to_error(e, None))?,
+            );
             let first = settings.file.dirs.first().ok_or_else(|| {
                 Error::invalid_config("storage_dir", NAME, "no storage dir given")
             })?;

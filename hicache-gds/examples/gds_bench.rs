@@ -120,16 +120,16 @@ fn pattern(len: usize) -> Vec<u8> {
 }
 
 /// Bytes of a device region.
-fn device_bytes(cuda: &CudaRuntime, r: &MemoryRegion) -> Vec<u8> {
-    let s = r.source(0, r.len(), "check").expect("pin");
+fn device_bytes(cuda: &CudaRuntime, r: &MemoryRegion) -> Result<Vec<u8>, String> {
+    let s = r.source(0, r.len(), "check").map_err(|e| e.to_string())?;
     let mut out = vec![0; r.len() as usize];
-    copy_from_device(cuda, &s, &mut out).expect("cudaMemcpy");
-    out
+    copy_from_device(cuda, &s, &mut out).map_err(|e| e.to_string())?;
+    Ok(out)
 }
 
-fn fill_device(cuda: &CudaRuntime, r: &MemoryRegion, bytes: &[u8]) {
-    let mut t = r.target(0, r.len(), "fill").expect("pin");
-    copy_to_device(cuda, &mut t, bytes).expect("cudaMemcpy");
+fn fill_device(cuda: &CudaRuntime, r: &MemoryRegion, bytes: &[u8]) -> Result<(), String> {
+    let mut t = r.target(0, r.len(), "fill").map_err(|e| e.to_string())?;
+    copy_to_device(cuda, &mut t, bytes).map_err(|e| e.to_string())
 }
 
 /// One way of moving pages: a phase's seconds.
@@ -319,7 +319,10 @@ impl Raw {
                     let handles = match handles {
                         Ok(h) => h,
                         Err(e) => {
-                            errors.lock().unwrap().push(e.to_string());
+                            errors
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push(e.to_string());
                             gate.wait();
                             return;
                         }
@@ -333,7 +336,10 @@ impl Raw {
                                 .write(h, self.src.addr() as *const _, self.page, 0, off)
                         };
                         if !matches!(r, Ok(n) if n == self.page) {
-                            errors.lock().unwrap().push(format!("cuFileWrite: {r:?}"));
+                            errors
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push(format!("cuFileWrite: {r:?}"));
                         }
                     }
                     gate.wait();
@@ -346,7 +352,10 @@ impl Raw {
                                 .read(h, self.dst.addr() as *mut _, self.page, 0, off)
                         };
                         if !matches!(r, Ok(n) if n == self.page) {
-                            errors.lock().unwrap().push(format!("cuFileRead: {r:?}"));
+                            errors
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push(format!("cuFileRead: {r:?}"));
                         }
                     }
                 });
@@ -357,7 +366,7 @@ impl Raw {
             marks[1] = Instant::now();
         });
         marks[2] = Instant::now();
-        let errors = errors.into_inner().unwrap();
+        let errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = errors.first() {
             return Err(format!("{} errors, first: {e}", errors.len()));
         }
@@ -393,7 +402,7 @@ fn run() -> Result<(), String> {
     let data = pattern(total);
     let zeros = vec![0u8; total];
     let (src, dst) = (region("device source")?, region("device target")?);
-    fill_device(&cuda, &src, &data);
+    fill_device(&cuda, &src, &data)?;
 
     let runtime = || {
         tokio::runtime::Builder::new_multi_thread()
@@ -401,9 +410,9 @@ fn run() -> Result<(), String> {
             .build()
             .map_err(|e| e.to_string())
     };
-    let keys = |way: &str| -> Vec<ObjectKey> {
+    let keys = |way: &str| -> Result<Vec<ObjectKey>, String> {
         (0..a.pages)
-            .map(|i| ObjectKey::new(format!("bench-{way}-{i:06}")).expect("key"))
+            .map(|i| ObjectKey::new(format!("bench-{way}-{i:06}")).map_err(|e| e.to_string()))
             .collect()
     };
     let mut ways: Vec<(&str, Box<dyn Way>)> = Vec::new();
@@ -419,7 +428,7 @@ fn run() -> Result<(), String> {
             Box::new(Plugin {
                 backend,
                 runtime: runtime()?,
-                keys: keys(name),
+                keys: keys(name)?,
                 src: s,
                 dst: d,
                 bounce: None,
@@ -455,7 +464,7 @@ fn run() -> Result<(), String> {
         Box::new(Plugin {
             backend: posix,
             runtime: runtime()?,
-            keys: keys("bounce"),
+            keys: keys("bounce")?,
             src: s,
             dst: d,
             bounce: Some(Bounce {
@@ -473,7 +482,7 @@ fn run() -> Result<(), String> {
     // The raw loop: its own device regions, registered with cuFile directly, and one
     // pre-created file per page.
     let (raw_src, raw_dst) = (region("raw source")?, region("raw target")?);
-    fill_device(&cuda, &raw_src, &data);
+    fill_device(&cuda, &raw_src, &data)?;
     for r in [&raw_src, &raw_dst] {
         // SAFETY: the regions live until the process ends.
         unsafe { cufile.register_buffer(r.addr() as *const _, total) }
@@ -512,9 +521,9 @@ fn run() -> Result<(), String> {
         for k in 0..n {
             let turn = (k + round) % n;
             if turn == ways.len() {
-                fill_device(&cuda, &raw_dst, &zeros);
+                fill_device(&cuda, &raw_dst, &zeros)?;
                 let (w, r) = raw.run()?;
-                if device_bytes(&cuda, &raw_dst) != data {
+                if device_bytes(&cuda, &raw_dst)? != data {
                     return Err(format!("raw_cufile round {round}: read back other bytes"));
                 }
                 let e = seconds.entry("raw_cufile").or_default();
@@ -528,10 +537,10 @@ fn run() -> Result<(), String> {
                 continue;
             }
             let (name, way) = &ways[turn];
-            fill_device(&cuda, &dst, &zeros);
+            fill_device(&cuda, &dst, &zeros)?;
             let w = way.write()?;
             let r = way.read()?;
-            if device_bytes(&cuda, &dst) != data {
+            if device_bytes(&cuda, &dst)? != data {
                 return Err(format!("{name} round {round}: read back other bytes"));
             }
             let e = seconds.entry(name).or_default();
