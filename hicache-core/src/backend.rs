@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::key::ObjectKey;
 use crate::memory::{MemKind, MemoryRegion, RegionId, RegionTable, Slice};
+use crate::region_path::RegionPath;
 
 /// Whether a backend stores files (addressed by path, routed over storage dirs) or objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -412,6 +413,14 @@ pub trait StorageBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Releases a registration. Transfers naming it afterwards fail with a typed error.
     fn deregister(&self, id: RegionId) -> Result<()>;
+
+    /// How transfers reach the registered region `id`: in place, or copied through the
+    /// backend's buffers (with a live count), so `register_pool` can tell the caller. The
+    /// default says nothing ([`RegionPath::Unstated`]); an unknown id answers the same.
+    fn region_path(&self, id: RegionId) -> RegionPath {
+        let _ = id;
+        RegionPath::Unstated
+    }
 
     /// Writes each item's segments as one object.
     async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>>;

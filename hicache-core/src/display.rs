@@ -84,6 +84,9 @@ impl fmt::Display for PoolReport {
                 ByteSize(self.staging_chunk_bytes)
             )?;
         }
+        if let Some(path) = &self.pool_path {
+            write!(f, "; pool bytes: {path}")?;
+        }
         if !self.writer {
             f.write_str("; this rank does not write (MLA: TP rank 0 does)")?;
         }

@@ -21,6 +21,7 @@ mod probe;
 pub mod raw;
 mod reference;
 mod region_id;
+mod region_path;
 mod registry;
 mod routing;
 mod staging;
@@ -40,7 +41,7 @@ pub use display::ByteSize;
 pub use envelope::PageFormat;
 pub use error::{Component, Error, Result};
 pub use key::{NamingScheme, PageKey, StorageIdentity};
-pub use memory::{MemKind, MemoryOwner, MemoryRegion};
+pub use memory::{MemKind, MemoryOwner, MemoryRegion, SHM_DIR, SharedFile};
 pub use memory_backend::MemoryBackend;
 pub use pool::{
     AnchorPool, AttentionKind, Dtype, HostPool, Layout, MmapPool, PageSpans, PoolGeometry, Span,
@@ -49,6 +50,7 @@ pub use pool::{
 pub use pool_builder::PoolGeometryBuilder;
 pub use probe::{Fact, FactValue, Verdict};
 pub use reference::{ConfigKey, config_keys, config_keys_markdown};
+pub use region_path::{CopyCounter, CopyReport, RegionPath};
 pub use registry::{Considered, PluginOrigin, PluginRegistry, Rejected, Selection};
 
 #[doc(hidden)]

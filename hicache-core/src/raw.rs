@@ -23,6 +23,7 @@ pub use crate::params::{
 };
 pub use crate::plugin_name::PluginName;
 pub use crate::probe::{Findings, Probe};
+pub use crate::region_path::{CopyCounter, CopyReport, RegionPath};
 pub use crate::registry::{
     LoadedPlugin, PluginContext, PluginDescriptor, PluginOrigin, Rejected, params_for, priority,
 };

@@ -10,7 +10,7 @@ use hicache_core::raw::{
     BackendInfo, BackendKind, Capability, ListCursor, ListPage, ObjectKey, ReadItem, RegionId,
     RegionTable, Slice, StorageBackend, Usage, WriteItem,
 };
-use hicache_core::{Error, MemKind, MemoryRegion, ReadOutcome, Result};
+use hicache_core::{Error, MemKind, MemoryRegion, ReadOutcome, RegionPath, Result};
 
 use crate::NAME;
 use crate::config::{EngineChoice, PosixConfig};
@@ -554,6 +554,17 @@ impl StorageBackend for PosixBackend {
         }
         drop(region);
         Ok(())
+    }
+
+    fn region_path(&self, id: RegionId) -> RegionPath {
+        let Some(region) = self.regions.get(id) else {
+            return RegionPath::Unstated;
+        };
+        match (&self.engine, self.path()) {
+            (_, Some(path)) => path.region_path(&region),
+            (Engine::Threads(_), None) => RegionPath::in_place("preadv/pwritev"),
+            (Engine::Uring(_), None) => RegionPath::in_place("io_uring on registered buffers"),
+        }
     }
 
     async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {

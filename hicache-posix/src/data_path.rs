@@ -20,7 +20,7 @@ use std::fmt;
 use std::io;
 use std::os::fd::BorrowedFd;
 
-use hicache_core::{MemKind, MemoryRegion, Result};
+use hicache_core::{MemKind, MemoryRegion, RegionPath, Result};
 
 /// Which way a transfer moves bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +126,13 @@ pub trait DataPath: Send + Sync + fmt::Debug + 'static {
     /// each in order. By default one after another.
     fn transfer_batch(&self, batch: &[Transfer<'_>]) -> Vec<io::Result<u64>> {
         batch.iter().map(|t| self.transfer(t)).collect()
+    }
+
+    /// How transfers reach the registered `region`: in place, or copied through the path's
+    /// own buffers (with a live count of the bytes). The default says nothing.
+    fn region_path(&self, region: &MemoryRegion) -> RegionPath {
+        let _ = region;
+        RegionPath::Unstated
     }
 
     /// Whether device memory moves without a host copy (DMA between the GPU and storage).

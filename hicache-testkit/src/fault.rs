@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use hicache_core::raw::{
     BackendInfo, DynBackend, ObjectKey, ReadItem, RegionId, Slice, StorageBackend, Usage, WriteItem,
 };
-use hicache_core::{Error, MemoryRegion, ReadOutcome, Result};
+use hicache_core::{Error, MemoryRegion, ReadOutcome, RegionPath, Result};
 
 /// What to inject, each a probability per item (or per batch for `batch_cut`).
 #[derive(Clone, Debug, Default)]
@@ -161,6 +161,10 @@ impl StorageBackend for FaultyBackend {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
         self.inner.deregister(id)
+    }
+
+    fn region_path(&self, id: RegionId) -> RegionPath {
+        self.inner.region_path(id)
     }
 
     async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {

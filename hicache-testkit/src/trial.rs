@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hicache_core::raw::{Capability, DynBackend};
-use hicache_core::{ConfigLoader, HiCache, HiCacheOptions, Result, StorageIdentity};
+use hicache_core::{
+    ConfigLoader, HiCache, HiCacheOptions, MmapPool, PoolGeometry, Result, StorageIdentity,
+};
 
 use crate::broken::Bug;
 use crate::check::CaseResult;
@@ -161,6 +163,20 @@ impl TrialEnv {
     /// memory with [`Suite::memory`](crate::Suite::memory)).
     pub fn memory(&self) -> Arc<dyn TestMemory> {
         self.memory.clone()
+    }
+
+    /// A fresh, zeroed host pool for the connector cases, from the variant's memory
+    /// ([`TestMemory::pool`]: anonymous by default, shared memory for
+    /// [`SharedHostMemory`](crate::memory::SharedHostMemory)).
+    ///
+    /// # Panics
+    /// When the pool cannot be mapped (out of memory): the trial cannot run at all.
+    pub fn pool(&self, geometry: PoolGeometry) -> Arc<MmapPool> {
+        Arc::new(
+            self.memory
+                .pool(geometry)
+                .unwrap_or_else(|e| panic!("cannot map a test pool: {e}")),
+        )
     }
 
     /// Sets the memory the backend cases register.

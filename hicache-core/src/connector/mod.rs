@@ -246,6 +246,7 @@ impl HiCache {
             namespace: namespace.short_hex(),
             writer,
             staging_chunk_bytes: slot_len * slots as u64,
+            pool_path: pool_region.map(|id| self.backend.region_path(id)),
         };
         tracing::info!(
             backend = %self.info.name,
@@ -257,6 +258,7 @@ impl HiCache {
             naming = %naming,
             format = %format,
             writer,
+            pool_path = report.pool_path.as_ref().map(tracing::field::display),
             "registered host pool"
         );
         let state = PoolState {

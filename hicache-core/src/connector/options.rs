@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::envelope::PageFormat;
 use crate::key::{NamingScheme, StorageIdentity};
+use crate::region_path::RegionPath;
 
 use super::*;
 
@@ -88,6 +89,11 @@ pub struct PoolReport {
     /// Staging bytes per chunk: envelope headers in zero-copy mode (0 with raw pages), whole
     /// pages in bounce mode, marker objects for an anchor pool.
     pub staging_chunk_bytes: u64,
+    /// In zero-copy mode, how the backend moves the pool's bytes: in place, or copied
+    /// through its own buffers (3FS with a pool outside shared memory), with a live count.
+    /// `None` when the pool is not registered with the backend (bounce and anchor modes,
+    /// where the connector copies pages through staging itself).
+    pub pool_path: Option<RegionPath>,
 }
 
 /// Host pages named by page index or, like SGLang, by token index.

@@ -21,8 +21,11 @@ use crate::error::{Error, Result};
 pub use crate::region_id::RegionId;
 
 mod aligned;
+mod shared;
 
 pub use aligned::{AlignedBuf, align_up, check_aligned};
+pub(crate) use shared::prefault;
+pub use shared::{SHM_DIR, SharedFile};
 
 /// Where a region's bytes live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -121,6 +124,8 @@ struct RegionInner {
     pins: Mutex<PinSet>,
     idle: Condvar,
     released: Notify,
+    /// The shared-memory file the bytes are, when made by `shared_host`.
+    shared: Option<SharedFile>,
     _owner: Option<Arc<dyn MemoryOwner>>,
 }
 
@@ -163,6 +168,7 @@ impl MemoryRegion {
                 pins: Mutex::new(PinSet::default()),
                 idle: Condvar::new(),
                 released: Notify::new(),
+                shared: None,
                 _owner: owner,
             }),
         }

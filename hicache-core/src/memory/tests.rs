@@ -223,3 +223,61 @@ fn the_pin_set_finds_every_overlap_whatever_the_order() {
         assert!(set.ranges.windows(2).all(|w| w[0].0 < w[1].0));
     }
 }
+
+#[test]
+fn a_shared_region_is_its_file_mapped_shared_and_the_file_goes_with_the_last_clone() {
+    let dir = tempfile::tempdir().unwrap();
+    let region = MemoryRegion::shared_host_in(dir.path(), 3 * 4096).unwrap();
+    let file = region.shared_file().unwrap().clone();
+    assert_eq!(file.len(), 3 * 4096);
+    assert!(file.path().starts_with(dir.path()), "{file:?}");
+    assert_eq!(region.addr() % 4096, 0);
+    let mode = std::fs::metadata(file.path()).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600
+    );
+    // Bytes written through the region are the file's bytes: another mapping (another
+    // process, in real use) reads them.
+    region
+        .target(4096, 5, "test")
+        .unwrap()
+        .copy_from(0, b"hello")
+        .unwrap();
+    let seen = std::fs::read(file.path()).unwrap();
+    assert_eq!(&seen[4096..4101], b"hello");
+    let clone = region.clone();
+    drop(region);
+    assert!(file.path().exists(), "a clone still maps it");
+    drop(clone);
+    assert!(!file.path().exists(), "unlinked with the last clone");
+    // Plain regions share nothing.
+    let plain = MemoryRegion::from_aligned(AlignedBuf::zeroed(4096, 4096).unwrap());
+    assert!(plain.shared_file().is_none());
+}
+
+#[test]
+fn shared_regions_refuse_bad_dirs_and_sizes_with_the_path_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-dir");
+    let e = MemoryRegion::shared_host_in(&missing, 4096).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(e, Error::InvalidPool { .. })
+            && text.contains("no-such-dir")
+            && text.contains("writable tmpfs"),
+        "{text}"
+    );
+    let e = MemoryRegion::shared_host_in(dir.path(), 0).unwrap_err();
+    assert!(e.to_string().contains("0 bytes"), "{e}");
+    // More than any file or address space holds: refused, the file removed.
+    let e = MemoryRegion::shared_host_in(dir.path(), 1 << 62).unwrap_err();
+    assert!(e.to_string().contains("hicache-"), "{e}");
+    // A file where the dir should be.
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    assert!(MemoryRegion::shared_host_in(&file, 4096).is_err());
+    // Nothing was left behind.
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+}

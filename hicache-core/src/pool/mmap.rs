@@ -1,10 +1,12 @@
-//! [`MmapPool`]: a host pool in an anonymous, page-aligned, pre-faulted mmap.
+//! [`MmapPool`]: a host pool in an anonymous (or shared-memory), page-aligned, pre-faulted
+//! mmap.
 
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::memory::{MemKind, MemoryRegion};
+use crate::memory::{MemKind, MemoryRegion, SharedFile};
 
 use super::{HostPool, PoolGeometry};
 
@@ -29,6 +31,10 @@ impl fmt::Debug for MmapPool {
         f.debug_struct("MmapPool")
             .field("geometry", &self.geometry)
             .field("addr", &format_args!("{:#x}", self.region.addr()))
+            .field(
+                "shared_file",
+                &self.region.shared_file().map(SharedFile::path),
+            )
             .finish()
     }
 }
@@ -48,7 +54,7 @@ impl MmapPool {
             .map_err(|e| Error::InvalidPool {
                 reason: format!("mmap of {len} bytes failed: {e}"),
             })?;
-        prefault(&mut map);
+        crate::memory::prefault(&mut map);
         let addr = map.as_mut_ptr();
         // SAFETY: the mapping is `len` bytes, lives as long as the region's owner (the map
         // itself), and no reference to it is kept: the map moves into the region and every
@@ -62,6 +68,26 @@ impl MmapPool {
             )
         };
         Ok(MmapPool { geometry, region })
+    }
+
+    /// A zeroed, pre-faulted pool for `geometry` in a new shared-memory file under
+    /// [`SHM_DIR`](crate::SHM_DIR) ([`MemoryRegion::shared_host`]): a plugin whose I/O runs in
+    /// another process (3FS's FUSE process) can then move its pages in place instead of
+    /// copying them through its own buffers. The file is unlinked when the pool and every
+    /// registration of its memory are gone.
+    pub fn shared(geometry: PoolGeometry) -> Result<Self> {
+        Self::shared_in(Path::new(crate::SHM_DIR), geometry)
+    }
+
+    /// As [`shared`](Self::shared), with the file in `dir`.
+    pub fn shared_in(dir: &Path, geometry: PoolGeometry) -> Result<Self> {
+        let region = MemoryRegion::shared_host_in(dir, geometry.pool_bytes())?;
+        Ok(MmapPool { geometry, region })
+    }
+
+    /// The shared-memory file the pool lives in, when made by [`shared`](Self::shared).
+    pub fn shared_file(&self) -> Option<&SharedFile> {
+        self.region.shared_file()
     }
 
     /// Copies `bytes` into the pool at `offset` (test and fill helper).
@@ -94,22 +120,5 @@ impl HostPool for MmapPool {
 
     fn memory(&self) -> Option<MemoryRegion> {
         Some(self.region.clone())
-    }
-}
-
-fn prefault(map: &mut memmap2::MmapMut) {
-    // Miri has no madvise; touching every page is the portable path.
-    #[cfg(all(target_os = "linux", not(miri)))]
-    {
-        // MADV_POPULATE_WRITE (Linux 5.14) faults every page in one call.
-        const MADV_POPULATE_WRITE: libc::c_int = 23;
-        // SAFETY: the range is exactly our live mapping.
-        let rc = unsafe { libc::madvise(map.as_mut_ptr().cast(), map.len(), MADV_POPULATE_WRITE) };
-        if rc == 0 {
-            return;
-        }
-    }
-    for chunk in map.chunks_mut(4096) {
-        chunk[0] = 0;
     }
 }

@@ -11,7 +11,7 @@ use hicache_core::{
 
 use crate::check::{CaseError, CaseResult};
 use crate::fault::{FaultPlan, FaultyBackend};
-use crate::fixtures::{fill_page, keys, mha, page_bytes, pool};
+use crate::fixtures::{fill_page, keys, mha, page_bytes};
 use crate::trial::TrialEnv;
 use crate::{ensure, ensure_eq};
 
@@ -27,7 +27,7 @@ struct Faulty {
 /// a fault-free connector over the same storage.
 async fn faulty(env: &TrialEnv, plan: FaultPlan, clean: bool) -> Result<Faulty, CaseError> {
     let geometry = mha(Layout::PageFirst, 4, 64);
-    let pool = pool(geometry);
+    let pool = env.pool(geometry);
     let ks = keys("ft", 32);
     let data: Vec<Vec<u8>> = (0..32)
         .map(|p| fill_page(&pool, p, 700 + p as u32))

@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use crate::check::{CaseError, CaseResult};
-use crate::fixtures::{fill_page, mha, page_bytes, pool};
+use crate::fixtures::{fill_page, mha, page_bytes};
 use crate::trial::TrialEnv;
 
 /// Keys a sequence uses: few, so overwrites, misses and removals of stored pages are common.
@@ -150,7 +150,7 @@ pub async fn model_sequences_match_a_reference_map(env: &TrialEnv) -> CaseResult
     for format in ["envelope", "raw"] {
         let cache =
             Arc::new(env.connector(StorageIdentity::single("model"), &[("page_format", format)])?);
-        let pool = pool(geometry);
+        let pool = env.pool(geometry);
         cache.register_pool(pool.clone())?;
         runs.push((format, cache, pool));
     }

@@ -9,7 +9,7 @@ use hicache_core::{
 };
 
 use crate::check::{CaseError, CaseResult, skip};
-use crate::fixtures::{fill_page, keys, mha, mla, page_bytes, page_unchanged, pool, snapshot};
+use crate::fixtures::{fill_page, keys, mha, mla, page_bytes, page_unchanged, snapshot};
 use crate::trial::TrialEnv;
 use crate::{ensure, ensure_eq};
 
@@ -18,10 +18,11 @@ use super::{PAGES, all_hits, all_written};
 /// Writes pages 0..4, reads them into 6, 8, 9, 11 and checks bytes and the guard pages
 /// 4, 5, 7, 10 around them.
 pub(super) async fn round_trip(
+    env: &TrialEnv,
     cache: &HiCache,
     geometry: PoolGeometry,
 ) -> Result<TransferMode, CaseError> {
-    let pool = pool(geometry);
+    let pool = env.pool(geometry);
     let report = cache.register_pool(pool.clone())?;
     let ks = keys("rt", 4);
     let data: Vec<Vec<u8>> = (0..4)
@@ -74,7 +75,7 @@ macro_rules! layout_case {
         $(#[$doc])*
         pub async fn $name(env: &TrialEnv) -> CaseResult {
             let cache = env.default_connector()?;
-            round_trip(&cache, $geometry).await.map(drop)
+            round_trip(env, &cache, $geometry).await.map(drop)
         }
     };
 }
@@ -133,13 +134,13 @@ pub(super) fn needs_alignment(env: &TrialEnv) -> CaseResult {
 pub async fn connector_round_trip_bounce(env: &TrialEnv) -> CaseResult {
     let forced = env.connector(StorageIdentity::single("m"), &[("transfer_mode", "bounce")])?;
     for layout in [Layout::PageFirst, Layout::LayerFirst] {
-        let mode = round_trip(&forced, mha(layout, 16, PAGES)).await?;
+        let mode = round_trip(env, &forced, mha(layout, 16, PAGES)).await?;
         ensure_eq!(mode, TransferMode::Bounce, "forced, {layout}");
     }
     if needs_alignment(env).is_ok() {
         let cache = env.default_connector()?;
         for layout in [Layout::PageFirst, Layout::LayerFirst] {
-            let mode = round_trip(&cache, unaligned_geometry(layout)).await?;
+            let mode = round_trip(env, &cache, unaligned_geometry(layout)).await?;
             ensure_eq!(mode, TransferMode::Bounce, "unaligned, {layout}");
         }
     }
@@ -149,7 +150,7 @@ pub async fn connector_round_trip_bounce(env: &TrialEnv) -> CaseResult {
 /// An aligned page-first pool moves zero-copy.
 pub async fn connector_aligned_pool_is_zero_copy(env: &TrialEnv) -> CaseResult {
     let cache = env.default_connector()?;
-    let report = cache.register_pool(pool(mha(Layout::PageFirst, 16, PAGES)))?;
+    let report = cache.register_pool(env.pool(mha(Layout::PageFirst, 16, PAGES)))?;
     ensure_eq!(report.mode, TransferMode::ZeroCopy, "{}", report.reason);
     Ok(())
 }

@@ -3,7 +3,7 @@
 use hicache_core::{HostSlots, Layout, NamingScheme, PageKey, StorageIdentity, TransferMode};
 
 use crate::check::{CaseResult, skip};
-use crate::fixtures::{fill_page, keys, mha, page_bytes, pool};
+use crate::fixtures::{fill_page, keys, mha, page_bytes};
 use crate::trial::TrialEnv;
 use crate::{ensure, ensure_eq};
 
@@ -19,7 +19,7 @@ pub async fn connector_sglang_naming_raw_pages(env: &TrialEnv) -> CaseResult {
         ..StorageIdentity::single("Qwen/Qwen3-8B")
     };
     let cache = env.connector(identity, &[("naming", "sglang"), ("page_format", "raw")])?;
-    let pool = pool(mha(Layout::PageFirst, 16, PAGES));
+    let pool = env.pool(mha(Layout::PageFirst, 16, PAGES));
     let report = cache.register_pool(pool.clone())?;
     ensure_eq!(report.naming, NamingScheme::Sglang);
     let key = PageKey::new(format!("{:064x}", 0xabcdefu64))?;
@@ -69,7 +69,7 @@ pub async fn connector_sglang_missing_v_ends_the_prefix(env: &TrialEnv) -> CaseR
         StorageIdentity::single("m"),
         &[("naming", "sglang"), ("page_format", "raw")],
     )?;
-    let pool = pool(mha(Layout::PageFirst, 16, PAGES));
+    let pool = env.pool(mha(Layout::PageFirst, 16, PAGES));
     let report = cache.register_pool(pool.clone())?;
     if report.mode != TransferMode::ZeroCopy {
         return skip(format!(
@@ -93,7 +93,7 @@ pub async fn connector_sglang_missing_v_ends_the_prefix(env: &TrialEnv) -> CaseR
 /// Raw pages (no envelope) round-trip.
 pub async fn connector_raw_format_round_trip(env: &TrialEnv) -> CaseResult {
     let cache = env.connector(StorageIdentity::single("m"), &[("page_format", "raw")])?;
-    round_trip(&cache, mha(Layout::PageFirst, 16, PAGES))
+    round_trip(env, &cache, mha(Layout::PageFirst, 16, PAGES))
         .await
         .map(drop)
 }
