@@ -43,6 +43,18 @@ pub enum UsrbioError {
         /// The errno (positive).
         errno: i32,
     },
+    /// Publishing shared memory to the FUSE process (a symlink in the mount's virtual
+    /// dir) failed.
+    #[error("cannot publish {target} to 3FS as {link}: {source}; the mount's 3fs-virt/iovs dir must exist (a 3FS mount has it) and be writable by this user", target = target.display(), link = link.display())]
+    Publish {
+        /// The symlink.
+        link: PathBuf,
+        /// The shared-memory file.
+        target: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// An I/O asked for memory outside its iov, or the wrong ring direction: refused before
     /// the library sees it.
     #[error("{0}")]
@@ -64,6 +76,7 @@ impl UsrbioError {
     pub fn errno(&self) -> Option<i32> {
         match self {
             UsrbioError::Call { errno, .. } => Some(*errno),
+            UsrbioError::Publish { source, .. } => source.raw_os_error(),
             _ => None,
         }
     }

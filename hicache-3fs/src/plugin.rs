@@ -11,7 +11,7 @@ use hicache_core::{Error, Result};
 use hicache_posix::{FILE_LAYER_PARAMS, PosixBackend, PosixConfig};
 
 use crate::error::UsrbioError;
-use crate::path::UsrbioPath;
+use crate::path::{LaneShape, UsrbioPath};
 use crate::usrbio::Usrbio;
 
 /// The plugin's name.
@@ -32,6 +32,12 @@ hicache_core::plugin_params! {
         ring_entries: UInt = "ring_entries"
             => "slots of each ring, 1..=4096",
             default("64");
+        io_batch: UInt = "io_batch"
+            => "I/Os the FUSE process may gather into one batch (3FS's io_depth = -io_batch), 0..=ring_entries; 0 issues each at once",
+            default("0");
+        io_batch_timeout_ms: UInt = "io_batch_timeout_ms"
+            => "milliseconds the FUSE process waits for a batch to fill (3FS's ring timeout), 0..=1000; only with io_batch > 0",
+            default("0");
     }
 }
 
@@ -58,6 +64,8 @@ struct Settings {
     usrbio_lib: Option<PathBuf>,
     iov_bytes: usize,
     entries: u32,
+    io_batch: u32,
+    io_batch_timeout_ms: u32,
 }
 
 impl Settings {
@@ -86,11 +94,42 @@ impl Settings {
                 ));
             }
         };
+        let io_batch = match &p.io_batch {
+            None => 0,
+            Some(s) if s.value <= entries => s.value,
+            Some(s) => {
+                return Err(Error::invalid_config(
+                    "io_batch",
+                    s.source.to_string(),
+                    format!("{} is more than ring_entries ({entries})", s.value),
+                ));
+            }
+        };
+        let io_batch_timeout_ms = match &p.io_batch_timeout_ms {
+            None => 0,
+            Some(s) if s.value > 1000 => {
+                return Err(Error::invalid_config(
+                    "io_batch_timeout_ms",
+                    s.source.to_string(),
+                    format!("{} is outside 0..=1000", s.value),
+                ));
+            }
+            Some(s) if io_batch == 0 && s.value > 0 => {
+                return Err(Error::invalid_config(
+                    "io_batch_timeout_ms",
+                    s.source.to_string(),
+                    "applies only with io_batch > 0 (set io_batch, or drop this)",
+                ));
+            }
+            Some(s) => s.value,
+        };
         Ok(Settings {
             file,
             usrbio_lib: p.usrbio_path.map(|s| PathBuf::from(s.value)),
             iov_bytes: iov_bytes as usize,
             entries: entries as u32,
+            io_batch: io_batch as u32,
+            io_batch_timeout_ms: io_batch_timeout_ms as u32,
         })
     }
 }
@@ -219,7 +258,13 @@ fn build(ctx: &PluginContext<'_>) -> Result<DynBackend> {
             (settings, usrbio, mount)
         }
     };
-    let path = UsrbioPath::new(usrbio, mount, settings.iov_bytes, settings.entries);
+    let shape = LaneShape {
+        iov_bytes: settings.iov_bytes,
+        entries: settings.entries,
+        io_batch: settings.io_batch,
+        io_batch_timeout_ms: settings.io_batch_timeout_ms,
+    };
+    let path = UsrbioPath::new(NAME, usrbio, mount, shape);
     Ok(Arc::new(PosixBackend::with_data_path(
         NAME,
         &settings.file,

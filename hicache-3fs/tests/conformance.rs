@@ -1,21 +1,34 @@
 //! The whole conformance suite for 3FS through the real FFI path, against the testkit's
-//! USRBIO stand-in (built with the system's C compiler): each trial's dir is marked as a
+//! USRBIO stand-in (built with the system's C compiler): each trial's dir is made a
 //! "mount" and the plugin is opened as selection opens it — config, parameters, probe,
 //! build. Small iovs (64 KiB) and rings (4 slots) make larger objects move in several
 //! windows and rounds. This proves the plugin's FFI path and bookkeeping, not a 3FS cluster.
+//!
+//! Two variants: `bounce` moves ordinary host memory through the plugin's bounce iovs;
+//! `in_place` gives every case memory and pools in shared-memory files, which the plugin
+//! wraps as iovs and the stand-in reaches through its own mapping of each file, as 3FS's
+//! FUSE process does.
 
 mod support;
 
 use hicache_core::raw::DynBackend;
 use hicache_core::{ConfigLoader, Error, Result};
-use hicache_testkit::TrialEnv;
-use hicache_testkit::standins::USRBIO_MOUNT_MARKER;
+use std::sync::Arc;
+
+use hicache_testkit::memory::SharedHostMemory;
+use hicache_testkit::standins::{USRBIO_MOUNT_MARKER, make_usrbio_mount};
+use hicache_testkit::{Suite, TrialEnv};
 
 fn open(env: &TrialEnv) -> Result<DynBackend> {
-    let marker = env.dir().join(USRBIO_MOUNT_MARKER);
-    if !marker.exists() {
-        std::fs::write(&marker, b"")
-            .map_err(|e| Error::io("3FS conformance", "mark the mount", Some(marker), e))?;
+    if !env.dir().join(USRBIO_MOUNT_MARKER).exists() {
+        make_usrbio_mount(env.dir()).map_err(|e| {
+            Error::io(
+                "3FS conformance",
+                "make the mount",
+                Some(env.dir().to_path_buf()),
+                e,
+            )
+        })?;
     }
     let plugin = &hicache_3fs::DESCRIPTOR;
     let config = ConfigLoader::new()
@@ -31,4 +44,10 @@ fn open(env: &TrialEnv) -> Result<DynBackend> {
     hicache_testkit::open_probed(plugin, &config)
 }
 
-hicache_testkit::conformance_suite!("3FS", open);
+fn main() -> std::process::ExitCode {
+    Suite::new("3FS")
+        .variant("bounce", None, open)
+        .variant("in_place", None, open)
+        .memory(Arc::new(SharedHostMemory))
+        .run_main()
+}

@@ -11,7 +11,7 @@ use hicache_core::raw::{PluginContext, params_for};
 use hicache_core::{ConfigLoader, PluginRegistry};
 use hicache_posix::FileLayerParams;
 use hicache_testkit::params::{check_params_read_by, read_by};
-use hicache_testkit::standins::USRBIO_MOUNT_MARKER;
+use hicache_testkit::standins::make_usrbio_mount;
 
 fn config(store: &Path, extra: &[(&str, &str)]) -> hicache_core::Result<hicache_core::Config> {
     let mut loader = ConfigLoader::new()
@@ -40,7 +40,7 @@ fn verdict(config: &hicache_core::Config) -> Result<String, String> {
 
 fn mount() -> tempfile::TempDir {
     let m = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    std::fs::write(m.path().join(USRBIO_MOUNT_MARKER), b"").unwrap();
+    make_usrbio_mount(m.path()).unwrap();
     m
 }
 
@@ -64,6 +64,8 @@ fn bad_parameters_are_refused_by_name() {
         (("threads", "0"), "threads"),
         (("sync", "maybe"), "sync"),
         (("engine", "uring"), "engine"),
+        (("io_batch", "65"), "io_batch"),
+        (("io_batch_timeout_ms", "5"), "io_batch_timeout_ms"),
     ] {
         let e = config(&m.path().join("kv"), &[extra])
             .map_err(|e| e.to_string())
@@ -71,6 +73,23 @@ fn bad_parameters_are_refused_by_name() {
             .expect_err(named);
         assert!(e.contains(named), "{extra:?}: {e}");
     }
+    let e = config(
+        &m.path().join("kv"),
+        &[("io_batch", "8"), ("io_batch_timeout_ms", "2000")],
+    )
+    .map_err(|e| e.to_string())
+    .and_then(|c| verdict(&c))
+    .unwrap_err();
+    assert!(
+        e.contains("io_batch_timeout_ms") && e.contains("0..=1000"),
+        "{e}"
+    );
+    let ok = config(
+        &m.path().join("kv"),
+        &[("io_batch", "8"), ("io_batch_timeout_ms", "1")],
+    )
+    .unwrap();
+    verdict(&ok).unwrap();
 }
 
 #[test]

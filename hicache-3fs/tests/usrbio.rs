@@ -1,7 +1,8 @@
 //! USRBIO through the real FFI path against the testkit's stand-in library (built with the
-//! system's C compiler; a "mount" is a dir holding the stand-in's marker file): loading,
-//! mounts, the inverted `reg_fd` convention, rings that complete fewer I/Os than asked, a
-//! full ring, I/O outside the iov, injected failures, and the probe.
+//! system's C compiler; a "mount" is a dir made by `make_usrbio_mount`): loading, mounts,
+//! the inverted `reg_fd` convention, rings that complete fewer I/Os than asked, a full ring,
+//! I/O outside the iov, wrapped iovs over published shared memory, injected failures and
+//! latency, and the probe.
 
 mod support;
 
@@ -13,7 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 use hicache_3fs::UsrbioError;
 use hicache_3fs::probe::probe;
 use hicache_3fs::usrbio::{Io, Usrbio};
-use hicache_testkit::standins::USRBIO_MOUNT_MARKER;
+use hicache_testkit::standins::{USRBIO_MOUNT_MARKER, make_usrbio_mount};
 
 /// Injected failures are process-wide: tests that inject them, and tests that do I/O,
 /// take turns.
@@ -38,7 +39,7 @@ fn fail(call: &str, errno: c_int) {
 /// A "mount" with a storage dir under it.
 fn mount() -> (tempfile::TempDir, PathBuf) {
     let m = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    std::fs::write(m.path().join(USRBIO_MOUNT_MARKER), b"").unwrap();
+    make_usrbio_mount(m.path()).unwrap();
     let dir = m.path().join("kv");
     std::fs::create_dir(&dir).unwrap();
     (m, dir)
@@ -260,4 +261,123 @@ fn the_probe_round_trips_on_a_mount_and_names_a_dir_that_is_not_one() {
     assert_eq!(e.source.errno(), Some(libc::EIO));
     let e = probe(&[dir], Some(Path::new("/nonexistent/lib.so"))).unwrap_err();
     assert!(e.dir.is_none() && matches!(e.source, UsrbioError::NotFound { .. }));
+}
+
+#[test]
+fn a_wrapped_iov_moves_bytes_through_the_published_file_not_the_callers_pointer() {
+    let _turn = serial();
+    let u = std::sync::Arc::new(Usrbio::load(Some(support::library())).unwrap());
+    let (m, dir) = mount();
+    let mount = u.mount_point(m.path()).unwrap();
+    let f = file(&dir, "pages");
+    let data: Vec<u8> = (0..8192).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(dir.join("pages"), &data).unwrap();
+    let fd = u.register_fd(f.as_fd()).unwrap();
+    let mut ring = u.create_ring(&mount, 4, true).unwrap();
+    let io = [Io {
+        file: &fd,
+        iov_offset: 0,
+        len: 8192,
+        file_offset: 0,
+    }];
+
+    // Published as 3FS asks, over the file's own mapping: the read lands in the region.
+    let shared = hicache_core::MemoryRegion::shared_host(8192).unwrap();
+    let shm = shared.shared_file().unwrap().path().to_path_buf();
+    // SAFETY: the region is exactly its file's shared mapping and outlives the iov.
+    let wrapped = unsafe { u.wrap_iov(&mount, &shm, shared.addr() as *mut u8, 8192) }.unwrap();
+    assert_eq!(std::fs::read_link(wrapped.link()).unwrap(), shm);
+    // SAFETY: nothing else touches the region during the call.
+    let got = unsafe { ring.run_in_place(&[(wrapped.iov(), io[0])]) }.unwrap();
+    assert!(matches!(got[..], [Ok(8192)]), "{got:?}");
+    let seen = shared.source(0, 8192, "test").unwrap();
+    assert!(seen.host_bytes().unwrap() == data.as_slice());
+    drop(seen);
+    let link = wrapped.link().to_path_buf();
+    drop(wrapped);
+    assert!(!link.exists(), "dropping the iov unpublishes it");
+
+    // Memory that is *not* the published file gets nothing: the FUSE side (the stand-in)
+    // writes its own mapping of the file, as 3FS's does, so wrapping the wrong pointer
+    // cannot pass the tests by accident.
+    let other = hicache_core::MemoryRegion::shared_host(8192).unwrap();
+    // SAFETY: deliberately the wrong pointer for `shm`, but a live mapping of 8192 bytes
+    // that nothing else touches; the stand-in never writes through it.
+    let wrong = unsafe { u.wrap_iov(&mount, &shm, other.addr() as *mut u8, 8192) }.unwrap();
+    // SAFETY: as above.
+    let got = unsafe { ring.run_in_place(&[(wrong.iov(), io[0])]) }.unwrap();
+    assert!(matches!(got[..], [Ok(8192)]), "{got:?}");
+    let untouched = other.source(0, 8192, "test").unwrap();
+    assert!(untouched.host_bytes().unwrap().iter().all(|b| *b == 0));
+    drop(untouched);
+
+    // A target outside /dev/shm, or a file too small: refused at wrap, as 3FS refuses the
+    // link, and no link is left behind.
+    let elsewhere = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let outside = hicache_core::MemoryRegion::shared_host_in(elsewhere.path(), 8192).unwrap();
+    let path = outside.shared_file().unwrap().path().to_path_buf();
+    // SAFETY: the region is its file's mapping and outlives the attempt.
+    let e = unsafe { u.wrap_iov(&mount, &path, outside.addr() as *mut u8, 8192) }.unwrap_err();
+    assert_eq!(e.errno(), Some(libc::EINVAL), "{e}");
+    // SAFETY: as above; the length is what is wrong.
+    let e = unsafe { u.wrap_iov(&mount, &shm, shared.addr() as *mut u8, 1 << 20) }.unwrap_err();
+    assert_eq!(e.errno(), Some(libc::EINVAL), "{e}");
+    let virt = m.path().join("3fs-virt/iovs");
+    assert_eq!(
+        std::fs::read_dir(&virt).unwrap().count(),
+        1,
+        "only `wrong`'s link"
+    );
+    drop(wrong);
+    assert_eq!(std::fs::read_dir(&virt).unwrap().count(), 0);
+
+    // No virtual dir: publishing fails with the path and the fix.
+    std::fs::remove_dir_all(m.path().join("3fs-virt")).unwrap();
+    // SAFETY: as for the first wrap.
+    let e = unsafe { u.wrap_iov(&mount, &shm, shared.addr() as *mut u8, 8192) }.unwrap_err();
+    assert!(matches!(e, UsrbioError::Publish { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("3fs-virt/iovs dir must exist"),
+        "{e}"
+    );
+}
+
+/// Makes every stand-in I/O take at least `micros` (0 clears).
+fn delay(micros: i64) {
+    // SAFETY: the stand-in's own function and C type; the library stays loaded (leaked).
+    unsafe {
+        let lib = libloading::Library::new(support::library()).unwrap();
+        let f: unsafe extern "C" fn(std::ffi::c_long) =
+            *lib.get(b"hicache_usrbio_stand_in_delay").unwrap();
+        std::mem::forget(lib);
+        f(micros as std::ffi::c_long);
+    }
+}
+
+#[test]
+fn injected_latency_holds_every_io_back() {
+    let _turn = serial();
+    let u = std::sync::Arc::new(Usrbio::load(Some(support::library())).unwrap());
+    let (m, dir) = mount();
+    let mount = u.mount_point(m.path()).unwrap();
+    let mut iov = u.create_iov(&mount, 4 * 4096).unwrap();
+    let mut ring = u.create_ring(&mount, 4, false).unwrap();
+    let f = file(&dir, "slow");
+    let fd = u.register_fd(f.as_fd()).unwrap();
+    let ios: Vec<Io<'_>> = (0..4)
+        .map(|i| Io {
+            file: &fd,
+            iov_offset: i * 4096,
+            len: 4096,
+            file_offset: i as u64 * 4096,
+        })
+        .collect();
+    delay(10_000);
+    let started = std::time::Instant::now();
+    let done = ring.run(&mut iov, &ios);
+    let took = started.elapsed();
+    delay(0);
+    assert!(done.unwrap().iter().all(|r| matches!(r, Ok(4096))));
+    // A lower bound only: 4 I/Os of at least 10 ms each.
+    assert!(took >= std::time::Duration::from_millis(40), "{took:?}");
 }

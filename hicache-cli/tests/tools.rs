@@ -351,12 +351,18 @@ fn bench_verifies_every_byte() {
         exists: true,
         keep: false,
         progress: false,
+        shared_pool: false,
     };
     let report = tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(hicache_cli::bench::run(cache.clone(), &opts))
         .unwrap();
     assert!(report.verified, "{report:#?}");
+    assert_eq!(
+        report.pool_path.as_deref(),
+        Some("in place (preadv/pwritev)"),
+        "{report:#?}"
+    );
     assert_eq!(report.write_rounds.len(), 2);
     assert!(report.write_gbps > 0.0 && report.read_gbps > 0.0 && report.exists_keys_per_s > 0.0);
     let json = serde_json::to_value(&report).unwrap();
@@ -485,6 +491,7 @@ fn bench_counts_only_successful_pages_and_names_the_first_failures() {
         exists: false,
         keep: false,
         progress: false,
+        shared_pool: false,
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let report = rt

@@ -26,11 +26,19 @@ pub fn cudart(dir: &Path) -> Result<PathBuf, String> {
 }
 
 /// The source of the USRBIO stand-in (`libhf3fs_api_shared.so`'s functions over
-/// pread/pwrite, a "mount" being a dir holding `.hf3fs-stand-in-mount`).
+/// pread/pwrite, a "mount" being a dir made by [`make_usrbio_mount`]).
 pub const USRBIO_C: &str = include_str!("../standins/usrbio.c");
 
 /// The file that marks a dir as a 3FS mount for the USRBIO stand-in.
 pub const USRBIO_MOUNT_MARKER: &str = ".hf3fs-stand-in-mount";
+
+/// Makes `dir` a 3FS "mount" for the USRBIO stand-in: the marker file, and the virtual dir
+/// `3fs-virt/iovs` where a real mount publishes shared memory (the stand-in refuses iovs and
+/// rings on a mount without it, as 3FS does).
+pub fn make_usrbio_mount(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir.join("3fs-virt/iovs"))?;
+    std::fs::write(dir.join(USRBIO_MOUNT_MARKER), b"")
+}
 
 /// Builds the USRBIO stand-in as `dir/libhf3fs_api_shared.so`.
 pub fn usrbio(dir: &Path) -> Result<PathBuf, String> {

@@ -17,9 +17,21 @@
  *   (-EINVAL); a full ring is -EAGAIN; the fd must be registered (-EBADF);
  * - wait_for_ios may return fewer completions than are ready (at most half of `cqec`,
  *   rounded up), each once, with the bytes moved (short at the end of a file) or -errno.
+ * - a mount has the virtual dir `3fs-virt/iovs` (the stand-in's mount must be made with it):
+ *   iovcreate and iorcreate4 answer -ENOENT without it, as 3FS's do when they cannot publish
+ *   their shared memory there;
+ * - a wrapped iov (hf3fs_iovwrap) is memory the caller published as 3FS asks: a symlink
+ *   `<mount>/3fs-virt/iovs/<id as 32 hex digits>` to a file under /dev/shm, which the FUSE
+ *   process maps itself. The stand-in does the same: an I/O on a wrapped iov moves bytes
+ *   through the stand-in's *own* MAP_SHARED mapping of the linked file, at the I/O's offset in
+ *   the iov, never through the caller's pointer, so data reaches the caller's memory only if
+ *   that memory really is the published file. A missing link fails the I/O with -ENOENT (the
+ *   FUSE process does not know the iov). Where 3FS checks the link when it is made (a target
+ *   outside /dev/shm, a file too small), the stand-in checks it in iovwrap (-EINVAL, -ENOENT).
  * hicache_usrbio_stand_in_fail(call, code) makes the next calls of one function fail with
  * `code` (an errno; 0 clears): prep_io and wait_for_ios return -code, reg_fd returns code,
- * iovcreate and iorcreate4 return -code, and "io" makes every I/O's result -code.
+ * iovcreate, iovwrap and iorcreate4 return -code, and "io" makes every I/O's result -code.
+ * hicache_usrbio_stand_in_delay(micros) makes every I/O take at least that long (0 clears).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -32,13 +44,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 #define MARKER ".hf3fs-stand-in-mount"
 #define MAX_FDS 4096
 #define MAX_CALLS 8
+#define MAX_VIEWS 64
+#define SHM_PREFIX "/dev/shm/"
 
 struct hf3fs_iov {
     uint8_t *base;
@@ -77,7 +93,22 @@ typedef struct {
     off_t off;
     int64_t result;
     const void *userdata;
+    /* On a wrapped iov: where the I/O lies in it, found through the FUSE side's own view. */
+    bool wrapped;
+    uint8_t id[16];
+    char mount[256];
+    size_t iov_off, iov_size;
 } slot;
+
+/* The FUSE side's mapping of one published iov. */
+typedef struct {
+    bool used;
+    uint8_t id[16];
+    dev_t dev;
+    ino_t ino;
+    uint8_t *map;
+    size_t size;
+} view;
 
 typedef struct {
     int entries;
@@ -88,6 +119,8 @@ typedef struct {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static bool registered[MAX_FDS];
 static struct { char call[32]; int code; } failing[MAX_CALLS];
+static view views[MAX_VIEWS];
+static long delay_micros;
 
 EXPORT void hicache_usrbio_stand_in(void) {}
 
@@ -108,6 +141,12 @@ EXPORT void hicache_usrbio_stand_in_fail(const char *call, int code) {
         snprintf(failing[free_at].call, sizeof failing[free_at].call, "%s", call);
         failing[free_at].code = code;
     }
+    pthread_mutex_unlock(&lock);
+}
+
+EXPORT void hicache_usrbio_stand_in_delay(long micros) {
+    pthread_mutex_lock(&lock);
+    delay_micros = micros > 0 ? micros : 0;
     pthread_mutex_unlock(&lock);
 }
 
@@ -195,6 +234,88 @@ static int on_mount(const char *mount) {
     return n >= 0 && strcmp(found, mount) == 0;
 }
 
+/* Whether the mount has the virtual dir shared memory is published in. */
+static bool has_virt_dir(const char *mount) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/3fs-virt/iovs", mount);
+    struct stat st;
+    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The published file of iov `id` under `mount`, resolved and checked as 3FS's FUSE process
+ * does when the link is made: 0 with its path in `target`, or an errno. */
+static int published(const char *mount, const uint8_t id[16], size_t size, char *target,
+                     struct stat *st) {
+    char link[PATH_MAX];
+    int at = snprintf(link, sizeof link, "%s/3fs-virt/iovs/", mount);
+    for (int i = 0; i < 16 && at > 0 && (size_t)at + 2 < sizeof link; i++) {
+        at += snprintf(link + at, sizeof link - (size_t)at, "%02x", id[i]);
+    }
+    if (realpath(link, target) == NULL) {
+        return ENOENT;
+    }
+    if (strncmp(target, SHM_PREFIX, strlen(SHM_PREFIX)) != 0) {
+        return EINVAL;
+    }
+    if (stat(target, st) != 0) {
+        return ENOENT;
+    }
+    if (!S_ISREG(st->st_mode) || (size_t)st->st_size < size) {
+        return EINVAL;
+    }
+    return 0;
+}
+
+/* The FUSE side's own mapping of iov `id` (mapped on first use, remapped if the link now
+ * names another file), or NULL with `*err` set. */
+static uint8_t *fuse_view(const char *mount, const uint8_t id[16], size_t size, int *err) {
+    char target[PATH_MAX];
+    struct stat st;
+    int bad = published(mount, id, size, target, &st);
+    pthread_mutex_lock(&lock);
+    int at = -1, free_at = -1;
+    for (int i = 0; i < MAX_VIEWS; i++) {
+        if (views[i].used && memcmp(views[i].id, id, 16) == 0) {
+            at = i;
+        } else if (!views[i].used && free_at < 0) {
+            free_at = i;
+        }
+    }
+    if (at >= 0 && (bad != 0 || views[at].dev != st.st_dev || views[at].ino != st.st_ino ||
+                    views[at].size != size)) {
+        /* The link went (the FUSE process drops the iov), or names another file now. */
+        munmap(views[at].map, views[at].size);
+        views[at].used = false;
+        free_at = at;
+        at = -1;
+    }
+    if (bad != 0) {
+        pthread_mutex_unlock(&lock);
+        *err = bad;
+        return NULL;
+    }
+    if (at < 0) {
+        int fd = free_at < 0 ? -1 : open(target, O_RDWR | O_CLOEXEC);
+        void *map = fd < 0 ? MAP_FAILED
+                           : mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (fd >= 0) {
+            close(fd);
+        }
+        if (map == MAP_FAILED) {
+            pthread_mutex_unlock(&lock);
+            *err = free_at < 0 ? ENOMEM : EIO;
+            return NULL;
+        }
+        views[free_at] = (view){.used = true, .dev = st.st_dev, .ino = st.st_ino,
+                                .map = map, .size = size};
+        memcpy(views[free_at].id, id, 16);
+        at = free_at;
+    }
+    uint8_t *map = views[at].map;
+    pthread_mutex_unlock(&lock);
+    return map;
+}
+
 EXPORT int hf3fs_iovcreate(struct hf3fs_iov *iov, const char *mount, size_t size,
                            size_t block_size, int numa) {
     int code = injected("hf3fs_iovcreate");
@@ -204,7 +325,7 @@ EXPORT int hf3fs_iovcreate(struct hf3fs_iov *iov, const char *mount, size_t size
     if (iov == NULL || mount == NULL || size == 0) {
         return -EINVAL;
     }
-    if (!on_mount(mount)) {
+    if (!on_mount(mount) || !has_virt_dir(mount)) {
         return -ENOENT;
     }
     void *base = NULL;
@@ -228,11 +349,18 @@ EXPORT int hf3fs_iovwrap(struct hf3fs_iov *iov, void *base, const uint8_t id[16]
     if (code != 0) {
         return -code;
     }
-    if (iov == NULL || base == NULL || id == NULL || mount == NULL || size == 0) {
+    if (iov == NULL || base == NULL || id == NULL || mount == NULL || size == 0 ||
+        strlen(mount) >= sizeof iov->mount_point) {
         return -EINVAL;
     }
     if (!on_mount(mount)) {
         return -ENOENT;
+    }
+    char target[PATH_MAX];
+    struct stat st;
+    int bad = published(mount, id, size, target, &st);
+    if (bad != 0) {
+        return -bad;
     }
     memset(iov, 0, sizeof *iov);
     iov->base = base;
@@ -270,7 +398,7 @@ EXPORT int hf3fs_iorcreate4(struct hf3fs_ior *ior, const char *mount, int entrie
     if (ior == NULL || mount == NULL || entries <= 0) {
         return -EINVAL;
     }
-    if (!on_mount(mount)) {
+    if (!on_mount(mount) || !has_virt_dir(mount)) {
         return -ENOENT;
     }
     ring *r = calloc(1, sizeof *r);
@@ -366,7 +494,13 @@ EXPORT int hf3fs_prep_io(const struct hf3fs_ior *ior, const struct hf3fs_iov *io
         return -EAGAIN;
     }
     r->slots[at] = (slot){.used = true, .done = false, .fd = fd, .ptr = p, .len = len,
-                          .off = (off_t)off, .result = 0, .userdata = userdata};
+                          .off = (off_t)off, .result = 0, .userdata = userdata,
+                          .wrapped = iov->iovh == NULL, .iov_off = (size_t)(p - iov->base),
+                          .iov_size = iov->size};
+    if (iov->iovh == NULL) {
+        memcpy(r->slots[at].id, iov->id, 16);
+        snprintf(r->slots[at].mount, sizeof r->slots[at].mount, "%s", iov->mount_point);
+    }
     pthread_mutex_unlock(&r->lock);
     return at;
 }
@@ -381,6 +515,9 @@ EXPORT int hf3fs_submit_ios(const struct hf3fs_ior *ior) {
         return -EINVAL;
     }
     int failing_io = injected("io");
+    pthread_mutex_lock(&lock);
+    long micros = delay_micros;
+    pthread_mutex_unlock(&lock);
     ring *r = ior->iorh;
     pthread_mutex_lock(&r->lock);
     for (int i = 0; i < r->entries; i++) {
@@ -388,15 +525,28 @@ EXPORT int hf3fs_submit_ios(const struct hf3fs_ior *ior) {
         if (!s->used || s->done) {
             continue;
         }
+        if (micros > 0) {
+            struct timespec pause = {.tv_sec = micros / 1000000,
+                                     .tv_nsec = (micros % 1000000) * 1000};
+            nanosleep(&pause, NULL);
+        }
+        uint8_t *ptr = s->ptr;
+        int unknown = 0;
+        if (failing_io == 0 && s->wrapped) {
+            uint8_t *map = fuse_view(s->mount, s->id, s->iov_size, &unknown);
+            ptr = map == NULL ? NULL : map + s->iov_off;
+        }
         if (failing_io != 0) {
             s->result = -failing_io;
+        } else if (ptr == NULL) {
+            s->result = -unknown;
         } else {
             size_t moved = 0;
             s->result = 0;
             while (moved < s->len) {
                 ssize_t n = ior->for_read
-                                ? pread(s->fd, s->ptr + moved, s->len - moved, s->off + (off_t)moved)
-                                : pwrite(s->fd, s->ptr + moved, s->len - moved, s->off + (off_t)moved);
+                                ? pread(s->fd, ptr + moved, s->len - moved, s->off + (off_t)moved)
+                                : pwrite(s->fd, ptr + moved, s->len - moved, s->off + (off_t)moved);
                 if (n < 0 && errno == EINTR) {
                     continue;
                 }

@@ -17,6 +17,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::UsrbioError;
 
@@ -30,6 +31,7 @@ pub struct Usrbio {
     extract_mount_point: sys::ExtractMountPointFn,
     is_hf3fs: sys::IsHf3fsFn,
     iov_create: sys::IovCreateFn,
+    iov_wrap: sys::IovWrapFn,
     iov_destroy: sys::IovDestroyFn,
     ior_create4: sys::IorCreate4Fn,
     ior_destroy: sys::IorDestroyFn,
@@ -117,6 +119,7 @@ impl Usrbio {
                 extract_mount_point: function(&library, &path, "hf3fs_extract_mount_point")?,
                 is_hf3fs: function(&library, &path, "hf3fs_is_hf3fs")?,
                 iov_create: function(&library, &path, "hf3fs_iovcreate")?,
+                iov_wrap: function(&library, &path, "hf3fs_iovwrap")?,
                 iov_destroy: function(&library, &path, "hf3fs_iovdestroy")?,
                 ior_create4: function(&library, &path, "hf3fs_iorcreate4")?,
                 ior_destroy: function(&library, &path, "hf3fs_iordestroy")?,
@@ -191,7 +194,64 @@ impl Usrbio {
         Ok(Iov {
             usrbio: self.clone(),
             raw,
-            abandoned: false,
+            wrapped: false,
+            abandoned: AtomicBool::new(false),
+        })
+    }
+
+    /// Publishes `len` bytes at `base`, the start of the shared-memory file `shm`'s
+    /// mapping, to `mount`'s FUSE process, and wraps them as an iov (`hf3fs_iovwrap`): I/O
+    /// then moves bytes in place. Publishing is 3FS's protocol: a symlink
+    /// `<mount>/3fs-virt/iovs/<id in hex>` to the file, which the FUSE process maps; it is
+    /// removed on drop.
+    ///
+    /// # Safety
+    /// `base..base+len` must be a `MAP_SHARED` mapping of `shm` from its start, and stay
+    /// mapped while the returned iov lives.
+    pub unsafe fn wrap_iov(
+        self: &Arc<Self>,
+        mount: &Path,
+        shm: &Path,
+        base: *mut u8,
+        len: usize,
+    ) -> Result<WrappedIov, UsrbioError> {
+        let c = c_path(mount)?;
+        let mut id = [0u8; 16];
+        // SAFETY: `id` is 16 writable bytes.
+        let got = unsafe { libc::getrandom(id.as_mut_ptr().cast(), id.len(), 0) };
+        if got != id.len() as isize {
+            return Err(UsrbioError::Call {
+                call: "getrandom",
+                errno: std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO),
+            });
+        }
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let link = mount.join("3fs-virt/iovs").join(hex);
+        std::os::unix::fs::symlink(shm, &link).map_err(|e| UsrbioError::Publish {
+            link: link.clone(),
+            target: shm.to_path_buf(),
+            source: e,
+        })?;
+        // SAFETY: all-zero is a valid value of this plain C struct.
+        let mut raw: Box<sys::Hf3fsIov> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: a valid out-struct, the caller's memory (its contract), a 16-byte id and a
+        // NUL-terminated mount.
+        let r =
+            unsafe { (self.iov_wrap)(&mut *raw, base.cast(), id.as_ptr(), c.as_ptr(), len, 0, -1) };
+        if let Err(e) = zero_or_errno("hf3fs_iovwrap", r) {
+            let _ = std::fs::remove_file(&link);
+            return Err(e);
+        }
+        Ok(WrappedIov {
+            iov: Iov {
+                usrbio: self.clone(),
+                raw,
+                wrapped: true,
+                abandoned: AtomicBool::new(false),
+            },
+            link,
         })
     }
 
@@ -203,16 +263,45 @@ impl Usrbio {
         entries: u32,
         for_read: bool,
     ) -> Result<Ring, UsrbioError> {
+        self.create_batching_ring(mount, entries, for_read, 0, 0)
+    }
+
+    /// [`create_ring`](Self::create_ring) whose I/Os the FUSE process may gather into
+    /// batches of up to `batch` (3FS's `io_depth = -batch`), waiting at most `timeout_ms`
+    /// for a batch to fill; `batch` 0 issues each I/O at once. (3FS's positive `io_depth`,
+    /// batches of *exactly* that many, is not offered: a submission with fewer I/Os would
+    /// wait forever.)
+    pub fn create_batching_ring(
+        self: &Arc<Self>,
+        mount: &Path,
+        entries: u32,
+        for_read: bool,
+        batch: u32,
+        timeout_ms: u32,
+    ) -> Result<Ring, UsrbioError> {
         let c = c_path(mount)?;
-        let entries_c = c_int::try_from(entries).map_err(|_| UsrbioError::Call {
+        let einval = || UsrbioError::Call {
             call: "hf3fs_iorcreate4",
             errno: libc::EINVAL,
-        })?;
+        };
+        let entries_c = c_int::try_from(entries).map_err(|_| einval())?;
+        let io_depth = c_int::try_from(batch).map_err(|_| einval())?.wrapping_neg();
+        let timeout = c_int::try_from(timeout_ms).map_err(|_| einval())?;
         // SAFETY: all-zero is a valid value of this plain C struct.
         let mut raw: Box<sys::Hf3fsIor> = Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: a valid out-struct and NUL-terminated mount.
-        let r =
-            unsafe { (self.ior_create4)(&mut *raw, c.as_ptr(), entries_c, for_read, 0, 0, -1, 0) };
+        let r = unsafe {
+            (self.ior_create4)(
+                &mut *raw,
+                c.as_ptr(),
+                entries_c,
+                for_read,
+                io_depth,
+                timeout,
+                -1,
+                0,
+            )
+        };
         zero_or_errno("hf3fs_iorcreate4", r)?;
         Ok(Ring {
             usrbio: self.clone(),
@@ -220,6 +309,7 @@ impl Usrbio {
             entries,
             for_read,
             abandoned: false,
+            cqes: Vec::new(),
         })
     }
 
@@ -245,13 +335,19 @@ pub struct Iov {
     usrbio: Arc<Usrbio>,
     // Boxed: the library may keep its address.
     raw: Box<sys::Hf3fsIov>,
+    /// Made by `hf3fs_iovwrap`: the memory is the caller's, and `hf3fs_iovdestroy` refuses it.
+    wrapped: bool,
     /// I/Os on it may still be in flight: never destroyed.
-    abandoned: bool,
+    abandoned: AtomicBool,
 }
 
-// SAFETY: the iov's memory and handle are the library's, usable from any thread; `&mut`
-// (Ring::run, bytes_mut) keeps one user at a time.
+// SAFETY: the iov's memory and handle are the library's (or, wrapped, the caller's), usable
+// from any thread; `&mut` (Ring::run, bytes_mut) keeps one user of an owned iov's bytes at a
+// time, and `Ring::run_in_place`'s contract keeps users of a wrapped iov to disjoint ranges.
 unsafe impl Send for Iov {}
+// SAFETY: `&Iov` reads only the descriptor, and I/O through `&Iov` is `run_in_place`'s,
+// under its contract.
+unsafe impl Sync for Iov {}
 
 impl std::fmt::Debug for Iov {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -292,9 +388,55 @@ impl Iov {
 
 impl Drop for Iov {
     fn drop(&mut self) {
-        if !self.abandoned {
+        if !self.wrapped && !*self.abandoned.get_mut() {
             // SAFETY: created by `create_iov`, destroyed once, no I/O in flight.
             unsafe { (self.usrbio.iov_destroy)(&mut *self.raw) };
+        }
+    }
+}
+
+/// An iov over the caller's shared memory ([`Usrbio::wrap_iov`]); unpublished on drop.
+pub struct WrappedIov {
+    iov: Iov,
+    link: PathBuf,
+}
+
+impl std::fmt::Debug for WrappedIov {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WrappedIov")
+            .field("size", &self.iov.raw.size)
+            .field("link", &self.link)
+            .finish()
+    }
+}
+
+impl WrappedIov {
+    /// The iov, for [`Ring::run_in_place`].
+    pub fn iov(&self) -> &Iov {
+        &self.iov
+    }
+
+    /// Start of the wrapped memory.
+    pub fn base(&self) -> usize {
+        self.iov.raw.base as usize
+    }
+
+    /// The symlink that publishes it to the FUSE process.
+    pub fn link(&self) -> &Path {
+        &self.link
+    }
+
+    /// Whether I/O on it was abandoned in flight: its memory must then never be freed.
+    pub fn abandoned(&self) -> bool {
+        self.iov.abandoned.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for WrappedIov {
+    fn drop(&mut self) {
+        if !self.abandoned() {
+            // The FUSE process lets go of the memory when its link goes.
+            let _ = std::fs::remove_file(&self.link);
         }
     }
 }
@@ -343,6 +485,8 @@ pub struct Ring {
     for_read: bool,
     /// I/Os on it may still be in flight: never destroyed.
     abandoned: bool,
+    /// Completions reaped, reused from run to run.
+    cqes: Vec<sys::Hf3fsCqe>,
 }
 
 // SAFETY: a ring may be used from any thread, by one at a time (`&mut self` in `run`), as
@@ -382,12 +526,45 @@ impl Ring {
         iov: &mut Iov,
         ios: &[Io<'_>],
     ) -> Result<Vec<Result<u64, UsrbioError>>, UsrbioError> {
+        let iov = &*iov;
+        let on: Vec<(&Iov, Io<'_>)> = ios.iter().map(|io| (iov, *io)).collect();
+        // SAFETY: `&mut` keeps every other access away from the whole iov.
+        unsafe { self.run_on(&on) }
+    }
+
+    /// [`run`](Self::run) with each I/O on its own iov, which may be shared with other
+    /// threads (a [`WrappedIov`] over a pool): I/O moves bytes in place.
+    ///
+    /// # Safety
+    /// The iov ranges the I/Os name must be reserved for this call: nothing else reads or
+    /// writes them (for reads) or writes them (for writes) until it returns.
+    pub unsafe fn run_in_place(
+        &mut self,
+        ios: &[(&Iov, Io<'_>)],
+    ) -> Result<Vec<Result<u64, UsrbioError>>, UsrbioError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.run_on(ios) }
+    }
+
+    /// # Safety
+    /// As [`run_in_place`](Self::run_in_place).
+    unsafe fn run_on(
+        &mut self,
+        ios: &[(&Iov, Io<'_>)],
+    ) -> Result<Vec<Result<u64, UsrbioError>>, UsrbioError> {
+        // Every iov an I/O was prepared on is kept from destruction if the run is abandoned.
+        let abandon = |ring: &mut Ring| {
+            ring.abandoned = true;
+            for (iov, _) in ios {
+                iov.abandoned.store(true, Ordering::Release);
+            }
+        };
         let mut out: Vec<Option<Result<u64, UsrbioError>>> = ios.iter().map(|_| None).collect();
         let chunk = usize::try_from(self.entries.max(1)).unwrap_or(1);
         for (c, group) in ios.chunks(chunk).enumerate() {
             let first = c * chunk;
             let mut pending = 0usize;
-            for (k, io) in group.iter().enumerate() {
+            for (k, (iov, io)) in group.iter().enumerate() {
                 let fits = io
                     .iov_offset
                     .checked_add(io.len)
@@ -399,8 +576,8 @@ impl Ring {
                     ))));
                     continue;
                 }
-                // SAFETY: `iov_offset + len` is inside the iov (checked), which `&mut`
-                // keeps from every other access; the ring, iov and file live for the call.
+                // SAFETY: `iov_offset + len` is inside the iov (checked) and reserved for
+                // this call (the caller's contract); the ring, iov and file live for it.
                 let r = unsafe {
                     (self.usrbio.prep_io)(
                         &*self.raw,
@@ -430,22 +607,24 @@ impl Ring {
             let submitted = unsafe { (self.usrbio.submit_ios)(&*self.raw) };
             if let Err(e) = zero_or_errno("hf3fs_submit_ios", submitted) {
                 // Prepared I/Os may still run: the memory stays.
-                iov.abandoned = true;
-                self.abandoned = true;
+                abandon(self);
                 return Err(UsrbioError::Abandoned {
                     pending,
                     source: Box::new(e),
                 });
             }
-            let mut cqes = vec![
+            // Kept in the ring: no allocation per run once it has grown.
+            let mut cqes = std::mem::take(&mut self.cqes);
+            cqes.clear();
+            cqes.resize(
+                pending,
                 sys::Hf3fsCqe {
                     index: 0,
                     reserved: 0,
                     result: 0,
                     userdata: std::ptr::null(),
-                };
-                pending
-            ];
+                },
+            );
             let mut idle = 0u32;
             while pending > 0 {
                 let room = c_int::try_from(pending).unwrap_or(c_int::MAX);
@@ -462,8 +641,7 @@ impl Ring {
                 let reaped = match usize::try_from(n) {
                     Ok(n) => n.min(pending),
                     Err(_) => {
-                        iov.abandoned = true;
-                        self.abandoned = true;
+                        abandon(self);
                         return Err(UsrbioError::Abandoned {
                             pending,
                             source: Box::new(UsrbioError::Call {
@@ -476,8 +654,7 @@ impl Ring {
                 // A library that keeps answering nothing is not waiting as asked.
                 idle = if reaped == 0 { idle + 1 } else { 0 };
                 if idle > 10_000 {
-                    iov.abandoned = true;
-                    self.abandoned = true;
+                    abandon(self);
                     return Err(UsrbioError::Abandoned {
                         pending,
                         source: Box::new(UsrbioError::Call {
@@ -502,6 +679,7 @@ impl Ring {
                     pending -= 1;
                 }
             }
+            self.cqes = cqes;
         }
         Ok(out
             .into_iter()

@@ -72,6 +72,11 @@ pub struct BenchReport {
     pub read_rounds: Vec<PhaseStats>,
     /// Bytes of the host pool (the pages written and the region they are read back into).
     pub pool_bytes: u64,
+    /// Whether the host pool was in a shared-memory file (`--shared-pool`).
+    pub shared_pool: bool,
+    /// How the plugin moved the pool's bytes, as `register_pool` reported it and counted at
+    /// the end (in zero-copy mode; None otherwise, and for a baseline).
+    pub pool_path: Option<String>,
     /// Peak resident memory of the process at the end, bytes (None when unknown).
     pub peak_rss_bytes: Option<u64>,
 }
@@ -107,6 +112,8 @@ impl BenchReport {
             write_rounds,
             read_rounds,
             pool_bytes: 0,
+            shared_pool: false,
+            pool_path: None,
             peak_rss_bytes: None,
         }
     }

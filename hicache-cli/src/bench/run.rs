@@ -40,6 +40,8 @@ pub struct BenchOptions {
     pub keep: bool,
     /// Show progress on stderr when it is a terminal.
     pub progress: bool,
+    /// Allocate the host pool in a shared-memory file (`MmapPool::shared`).
+    pub shared_pool: bool,
 }
 
 /// Runs `calls` batches with `streams` in flight; returns per-batch latencies and failures.
@@ -131,7 +133,11 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
         reason: format!("{pages} pages (twice over, for the read-back region) overflow 64 bits"),
     })?;
     let geometry = opts.geometry.with_pages(pool_pages)?;
-    let pool = Arc::new(MmapPool::new(geometry)?);
+    let pool = Arc::new(if opts.shared_pool {
+        MmapPool::shared(geometry)?
+    } else {
+        MmapPool::new(geometry)?
+    });
     let report = cache.register_pool(pool.clone())?;
     let page_bytes = geometry.page_bytes();
     let run_id = run_id();
@@ -286,6 +292,9 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
         write_rounds,
         read_rounds,
         pool_bytes: geometry.pool_bytes(),
+        shared_pool: opts.shared_pool,
+        // Shown now: a copy's count is live.
+        pool_path: report.pool_path.as_ref().map(ToString::to_string),
         peak_rss_bytes: alloc::peak_rss(),
     })
 }

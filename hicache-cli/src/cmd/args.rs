@@ -185,6 +185,10 @@ pub(crate) struct BenchArgs {
     /// Keep the pages afterwards.
     #[arg(long)]
     pub(crate) keep: bool,
+    /// Allocate the host pool in a shared-memory file under /dev/shm, as an engine does for
+    /// a plugin that moves such memory in place (3FS); the report says how the pool moved.
+    #[arg(long, conflicts_with = "baseline")]
+    pub(crate) shared_pool: bool,
     /// Run a baseline instead of hicache: `raw` = O_DIRECT pwrite/pread of one pre-opened file
     /// per page with --threads threads (the disk's limit); `raw-obj` (feature obj) = the
     /// object_store client putting/getting one object per page, --batch requests in flight.

@@ -96,6 +96,7 @@ pub(crate) fn bench(
                 exists: ops.contains(&Op::Exists),
                 keep: args.keep,
                 progress: true,
+                shared_pool: args.shared_pool,
             };
             runtime()?.block_on(crate::bench::run(cache, &opts))?
         }
@@ -142,6 +143,14 @@ pub(crate) fn bench(
         }
         if report.exists_keys_per_s > 0.0 {
             println!("  exists {:.0} keys/s", report.exists_keys_per_s);
+        }
+        if let Some(path) = &report.pool_path {
+            let pool = if report.shared_pool {
+                "shared-memory pool"
+            } else {
+                "pool"
+            };
+            println!("  {pool} bytes: {path}");
         }
         let mean =
             |per: Vec<f64>| (!per.is_empty()).then(|| per.iter().sum::<f64>() / per.len() as f64);

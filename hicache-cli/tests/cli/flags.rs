@@ -83,6 +83,10 @@ fn inapplicable_flags_and_bad_numbers_are_errors() {
         (&["bench", "--batch", "0"][..], "--batch"),
         (&["bench", "--threads", "0"][..], "--threads"),
         (&["bench", "--rounds", "0"][..], "--rounds"),
+        (
+            &["bench", "--shared-pool", "--baseline", "raw"][..],
+            "--shared-pool",
+        ),
         (&["bench", "--pages", "0"][..], "--pages"),
         (&["bench", "--page-tokens", "0"][..], "page_tokens"),
         (&["bench", "--batch=-1"][..], "--batch"),
