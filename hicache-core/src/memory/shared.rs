@@ -7,6 +7,7 @@
 //! the user (`0600`), and unlinked when the last clone of the region goes.
 
 use std::fs::OpenOptions;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -74,7 +75,8 @@ fn fresh_name() -> String {
 }
 
 impl MemoryRegion {
-    /// `len` zeroed, pre-faulted bytes of host memory in a new file under [`SHM_DIR`], mapped
+    /// `len` zeroed, reserved (`posix_fallocate`: a full tmpfs is an error here, never a
+    /// `SIGBUS` later) and pre-faulted bytes of host memory in a new file under [`SHM_DIR`], mapped
     /// shared: see [`MemoryRegion::shared_file`].
     pub fn shared_host(len: u64) -> Result<Self> {
         Self::shared_host_in(Path::new(SHM_DIR), len)
@@ -124,6 +126,20 @@ impl MemoryRegion {
         let mapped = file
             .set_len(len)
             .map_err(|e| refused(&path, "size", e))
+            .and_then(|()| {
+                // Reserve every page now: on a full tmpfs, touching an unreserved page of
+                // the mapping would be SIGBUS instead of this error.
+                let end = libc::off_t::try_from(len).unwrap_or(libc::off_t::MAX);
+                // SAFETY: a plain call on an open descriptor.
+                match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, end) } {
+                    0 => Ok(()),
+                    rc => Err(refused(
+                        &path,
+                        "reserve",
+                        std::io::Error::from_raw_os_error(rc),
+                    )),
+                }
+            })
             .and_then(|()| {
                 // SAFETY: the file is new, private (0600, exclusive create) and sized to
                 // `size`; nothing in this process truncates it while the map lives.
