@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::connector::PoolReport;
+use crate::connector::{PayloadCheck, PoolReport};
 use crate::pool::{AttentionKind, PoolGeometry};
 
 /// A byte count shown with a binary unit: `64 KiB`, `8.58 MiB`, `512 B`.
@@ -86,6 +86,9 @@ impl fmt::Display for PoolReport {
         }
         if let Some(path) = &self.pool_path {
             write!(f, "; pool bytes: {path}")?;
+        }
+        if self.payload_check == PayloadCheck::DeviceUnchecked {
+            write!(f, "; {}", self.payload_check)?;
         }
         if !self.writer {
             f.write_str("; this rank does not write (MLA: TP rank 0 does)")?;

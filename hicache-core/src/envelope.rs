@@ -39,6 +39,10 @@ pub const MIN_HEADER_LEN: u64 = 4096;
 pub const HEADER_FIELDS_LEN: usize = 64;
 /// Flag bit: the payload is an anchor marker, not KV bytes.
 pub const FLAG_ANCHOR: u16 = 1;
+/// Flag bit: the payload has no checksum (`checksum` is 0). Written for pages of a device
+/// pool, whose bytes move between the GPU and storage by DMA and never pass through host
+/// memory where a checksum could be computed; every other field is still checked on read.
+pub const FLAG_UNCHECKED: u16 = 2;
 
 /// How objects are framed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -164,6 +168,11 @@ impl Header {
         Ok(header)
     }
 
+    /// Whether the payload carries a checksum ([`FLAG_UNCHECKED`] unset).
+    pub fn has_checksum(&self) -> bool {
+        self.flags & FLAG_UNCHECKED == 0
+    }
+
     /// Bytes of the whole object (header and payload); representable for every decoded
     /// header.
     pub fn object_len(&self) -> u64 {
@@ -185,7 +194,8 @@ impl Header {
                 found: self.object_len(),
             });
         }
-        if self.flags != expected.flags {
+        // Whether the payload carries a checksum is the writer's affair, not the identity.
+        if self.flags & !FLAG_UNCHECKED != expected.flags & !FLAG_UNCHECKED {
             return Err(MissReason::BadHeader {
                 detail: format!("flags {:#x}, expected {:#x}", self.flags, expected.flags),
             });
@@ -354,6 +364,23 @@ mod tests {
         assert!(matches!(
             other_len.check_identity(&h),
             Err(MissReason::SizeMismatch { .. })
+        ));
+        // Whether a payload carries a checksum is not identity; an anchor marker is.
+        let unchecked = Header {
+            flags: FLAG_UNCHECKED,
+            checksum: 0,
+            ..h
+        };
+        assert!(!unchecked.has_checksum() && h.has_checksum());
+        assert_eq!(unchecked.check_identity(&h), Ok(()));
+        assert_eq!(h.check_identity(&unchecked), Ok(()));
+        let anchor = Header {
+            flags: FLAG_ANCHOR | FLAG_UNCHECKED,
+            ..h
+        };
+        assert!(matches!(
+            anchor.check_identity(&h),
+            Err(MissReason::BadHeader { .. })
         ));
     }
 

@@ -34,8 +34,8 @@ pub use config::{
     PluginChoice, PluginSection, RawValue, Setting, Source, TransferChoice,
 };
 pub use connector::{
-    HiCache, HiCacheOptions, HostSlots, PoolReport, STORAGE_BATCH_SIZE, SetOutcome, Stats,
-    TransferMode, choose_mode, decide_mode,
+    HiCache, HiCacheOptions, HostSlots, PayloadCheck, PoolReport, STORAGE_BATCH_SIZE, SetOutcome,
+    Stats, TransferMode, choose_mode, decide_mode,
 };
 pub use display::ByteSize;
 pub use envelope::PageFormat;
@@ -44,8 +44,8 @@ pub use key::{NamingScheme, PageKey, StorageIdentity};
 pub use memory::{MemKind, MemoryOwner, MemoryRegion, SHM_DIR, SharedFile};
 pub use memory_backend::MemoryBackend;
 pub use pool::{
-    AnchorPool, AttentionKind, Dtype, HostPool, Layout, MmapPool, PageSpans, PoolGeometry, Span,
-    gather_page, scatter_page,
+    AnchorPool, AttentionKind, Dtype, HostPool, Layout, MmapPool, PageSpans, PoolGeometry,
+    RegionPool, Span, gather_page, scatter_page,
 };
 pub use pool_builder::PoolGeometryBuilder;
 pub use probe::{Fact, FactValue, Verdict};

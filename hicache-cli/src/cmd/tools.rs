@@ -133,6 +133,12 @@ pub(crate) fn scrub(
             report.count("unreadable"),
             report.count("symlink")
         );
+        if report.unchecked > 0 {
+            println!(
+                "  {} of the valid objects carry no payload checksum (written from GPU memory): their envelope, name, namespace and length were checked, their payload bytes cannot be",
+                report.unchecked
+            );
+        }
         if report.skipped > 0 {
             println!(
                 "  {} listed objects not found whole when read (removed or rewritten meanwhile, or stored where the plugin's reads do not look): skipped",

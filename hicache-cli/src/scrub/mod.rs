@@ -72,6 +72,10 @@ pub struct ScrubReport {
     pub raw: u64,
     /// Bytes in valid objects.
     pub valid_bytes: u64,
+    /// Of the valid objects, those whose payload carries no checksum (written from a GPU
+    /// pool, whose bytes never pass through host memory): envelope, name, namespace and
+    /// length checked, the payload's bytes not.
+    pub unchecked: u64,
     /// Objects a listing showed that a read then did not find whole: removed or rewritten
     /// meanwhile, or stored where the plugin's reads do not look. Not judged, not counted
     /// in `files` (a file walk leaves it 0).
@@ -208,10 +212,12 @@ fn check_object<S: Stored + ?Sized>(
     if len < end {
         return Some(("torn", format!("{len} bytes, the header promises {end}")));
     }
-    match payload_checksum(object, header.header_len, header.payload_len) {
-        Ok(sum) if sum == header.checksum => {}
-        Ok(_) => return Some(("corrupt", "payload checksum mismatch".into())),
-        Err(e) => return unreadable("read the payload", e),
+    if header.has_checksum() {
+        match payload_checksum(object, header.header_len, header.payload_len) {
+            Ok(sum) if sum == header.checksum => {}
+            Ok(_) => return Some(("corrupt", "payload checksum mismatch".into())),
+            Err(e) => return unreadable("read the payload", e),
+        }
     }
     if let Some(want) = namespace
         && want != ns
@@ -220,6 +226,7 @@ fn check_object<S: Stored + ?Sized>(
     }
     report.valid += 1;
     report.valid_bytes += len;
+    report.unchecked += u64::from(!header.has_checksum());
     None
 }
 
@@ -269,5 +276,35 @@ mod tests {
         let mut report = ScrubReport::default();
         assert_eq!(check_object(bytes, "x", None, None, &mut report), None);
         assert_eq!(report.raw, 1);
+    }
+
+    /// An object written from a GPU pool carries no checksum: valid and counted as
+    /// unchecked; the same header claiming a checksum is corrupt.
+    #[test]
+    fn unchecked_payloads_are_valid_and_counted_and_a_claimed_checksum_is_checked() {
+        let object = |flags: u16| {
+            let header = Header {
+                flags,
+                header_len: 4096,
+                namespace: Namespace::from_bytes([3; 16]),
+                key_hash: key_hash("x"),
+                payload_len: 8,
+                checksum: 0,
+            };
+            let mut bytes = vec![0u8; 4096 + 8];
+            bytes[..HEADER_FIELDS_LEN].copy_from_slice(&header.encode());
+            bytes[4096..].copy_from_slice(b"payload!");
+            bytes
+        };
+        let mut report = ScrubReport::default();
+        let unchecked = object(envelope::FLAG_UNCHECKED);
+        assert_eq!(
+            check_object(&unchecked[..], "x", None, None, &mut report),
+            None
+        );
+        assert_eq!((report.valid, report.unchecked), (1, 1));
+        let claimed = object(0);
+        let finding = check_object(&claimed[..], "x", None, None, &mut report);
+        assert_eq!(finding.map(|f| f.0), Some("corrupt"));
     }
 }

@@ -54,16 +54,17 @@ impl HiCache {
         let slot_len = st.write_staging.as_ref().map_or(0, StagingPool::slot_len);
         // Zero-copy envelopes checksum the pool's spans: on two threads for a large chunk.
         let sums =
-            (st.mode == TransferMode::ZeroCopy && st.format == PageFormat::Envelope).then(|| {
-                // Sized up front: growing by doubling would allocate more as calls grow.
-                let mut parts = Vec::with_capacity(pages.len() * st.parts.len());
-                for &page in pages {
-                    parts.extend((0..st.parts.len()).map(|p| (page, p)));
-                }
-                split_over_two_threads(&parts, st.payload_len, |&(page, p)| {
-                    st.pool_checksum(page, &st.parts[p])
-                })
-            });
+            (st.mode == TransferMode::ZeroCopy && st.format == PageFormat::Envelope && !st.device)
+                .then(|| {
+                    // Sized up front: growing by doubling would allocate more as calls grow.
+                    let mut parts = Vec::with_capacity(pages.len() * st.parts.len());
+                    for &page in pages {
+                        parts.extend((0..st.parts.len()).map(|p| (page, p)));
+                    }
+                    split_over_two_threads(&parts, st.payload_len, |&(page, p)| {
+                        st.pool_checksum(page, &st.parts[p])
+                    })
+                });
         let nparts = st.parts.len();
         let mut plan = st.plan_chunk(
             keys,

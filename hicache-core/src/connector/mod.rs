@@ -14,7 +14,9 @@ mod options;
 mod plan;
 
 pub use mode::{TransferMode, choose_mode, decide_mode};
-pub use options::{HiCacheOptions, HostSlots, PoolReport, STORAGE_BATCH_SIZE, SetOutcome, Stats};
+pub use options::{
+    HiCacheOptions, HostSlots, PayloadCheck, PoolReport, STORAGE_BATCH_SIZE, SetOutcome, Stats,
+};
 
 use mode::effective_alignment;
 use options::Counters;
@@ -29,6 +31,7 @@ use crate::config::Config;
 use crate::envelope::{self, PageFormat};
 use crate::error::{Error, Result};
 use crate::key::{KvPart, Namespace, NamingScheme, ObjectNamer};
+use crate::memory::MemKind;
 use crate::memory::align_up;
 use crate::pool::HostPool;
 use crate::probe::Fact;
@@ -171,6 +174,27 @@ impl HiCache {
             &capability,
             &self.config,
         );
+        let device = memory.as_ref().is_some_and(|m| m.kind() != MemKind::Host);
+        if let Some(m) = memory.as_ref().filter(|_| device) {
+            if !capability.accepts(m.kind()) {
+                return Err(Error::Unsupported {
+                    component: self.info.name.clone().into(),
+                    operation: format!(
+                        "a pool in {} memory ({} moves host memory; a GPU pool needs a GPU-direct plugin such as GDS or GDS_MT)",
+                        m.kind(),
+                        self.info.name
+                    ),
+                });
+            }
+            if mode != TransferMode::ZeroCopy {
+                return Err(Error::InvalidPool {
+                    reason: format!(
+                        "a pool in {} memory must move zero-copy (the connector cannot copy GPU memory through host staging), but this one would bounce: {reason}",
+                        m.kind()
+                    ),
+                });
+            }
+        }
         let align = effective_alignment(&capability);
         let identity = &self.options.identity;
         let namespace = Namespace::new(identity, &geometry);
@@ -247,6 +271,11 @@ impl HiCache {
             writer,
             staging_chunk_bytes: slot_len * slots as u64,
             pool_path: pool_region.map(|id| self.backend.region_path(id)),
+            payload_check: match (format, device) {
+                (PageFormat::Raw, _) => PayloadCheck::LengthOnly,
+                (PageFormat::Envelope, true) => PayloadCheck::DeviceUnchecked,
+                (PageFormat::Envelope, false) => PayloadCheck::Checksum,
+            },
         };
         tracing::info!(
             backend = %self.info.name,
@@ -264,6 +293,7 @@ impl HiCache {
         let state = PoolState {
             backend: self.backend.clone(),
             memory,
+            device,
             _pool: pool,
             geometry,
             pool_region,

@@ -94,6 +94,36 @@ pub struct PoolReport {
     /// `None` when the pool is not registered with the backend (bounce and anchor modes,
     /// where the connector copies pages through staging itself).
     pub pool_path: Option<RegionPath>,
+    /// How a page's payload is checked when it is read back.
+    pub payload_check: PayloadCheck,
+}
+
+/// How a page's payload is checked when it is read back (every page's length always is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PayloadCheck {
+    /// Envelope: checksummed on the host when written, verified when read.
+    Checksum,
+    /// Envelope without a checksum: the pool is GPU memory, whose pages move between the GPU
+    /// and storage by DMA and never pass through host memory where a checksum could be
+    /// computed. Namespace, key and lengths are still checked; a flipped payload byte is not
+    /// caught.
+    DeviceUnchecked,
+    /// Raw pages: no envelope, only the object's length is checked.
+    LengthOnly,
+}
+
+impl std::fmt::Display for PayloadCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PayloadCheck::Checksum => "checksum verified on read",
+            PayloadCheck::DeviceUnchecked => {
+                "no checksum: GPU pages move by DMA and never touch host memory (envelope identity and lengths checked)"
+            }
+            PayloadCheck::LengthOnly => "raw pages: length only",
+        })
+    }
 }
 
 /// Host pages named by page index or, like SGLang, by token index.

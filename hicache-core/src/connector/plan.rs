@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::backend::{DynBackend, MissReason, StorageBackend};
-use crate::envelope::{self, FLAG_ANCHOR, HEADER_FIELDS_LEN, Header, PageFormat};
+use crate::envelope::{self, FLAG_ANCHOR, FLAG_UNCHECKED, HEADER_FIELDS_LEN, Header, PageFormat};
 use crate::error::{Error, Result};
 use crate::key::{KvPart, Namespace, ObjectKey, ObjectNamer, PageKey};
 use crate::memory::{MemoryRegion, RegionId, Slice, align_up};
@@ -30,6 +30,8 @@ pub(super) struct PoolState {
     pub(super) geometry: PoolGeometry,
     /// The pool's memory (None: anchor pool); the connector reaches it only through pins.
     pub(super) memory: Option<MemoryRegion>,
+    /// The pool is GPU memory: payloads move by DMA only, unchecksummed.
+    pub(super) device: bool,
     pub(super) pool_region: Option<RegionId>,
     pub(super) mode: TransferMode,
     pub(super) format: PageFormat,
@@ -164,10 +166,10 @@ impl PoolState {
 
     pub(super) fn expected_header(&self, object: &ObjectKey, checksum: u64) -> Header {
         Header {
-            flags: if self.mode == TransferMode::Anchor {
-                FLAG_ANCHOR
-            } else {
-                0
+            flags: match (self.mode, self.device) {
+                (TransferMode::Anchor, _) => FLAG_ANCHOR,
+                (_, true) => FLAG_UNCHECKED,
+                (_, false) => 0,
             },
             header_len: self.header_len,
             namespace: self.namespace,
@@ -197,6 +199,8 @@ impl PoolState {
                 let region = self.pool_region.expect("zero-copy pools are registered");
                 if enveloped {
                     let sum = match sum {
+                        // Device pages are not checksummed (`FLAG_UNCHECKED`).
+                        _ if self.device => 0,
                         Some(sum) => sum.clone()?,
                         None => self.pool_checksum(page, part)?,
                     };
@@ -305,6 +309,11 @@ impl PoolState {
         }
         let header = Header::decode(&fields)?;
         header.check_identity(&self.expected_header(object, 0))?;
+        if self.device || !header.has_checksum() {
+            // Device pages never touch host memory, where a checksum could be computed;
+            // an object written from one carries none.
+            return Ok(());
+        }
         let sum = match self.mode {
             TransferMode::ZeroCopy => self.pool_checksum(page, part).map_err(unreadable)?,
             TransferMode::Bounce | TransferMode::Anchor => {

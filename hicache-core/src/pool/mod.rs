@@ -46,6 +46,45 @@ pub trait HostPool: Send + Sync + fmt::Debug {
     fn memory(&self) -> Option<MemoryRegion>;
 }
 
+/// A pool over a region the caller made: GPU memory (`MemKind::Device`, for a plugin that
+/// moves it by DMA), an engine's own buffer, test memory.
+///
+/// The connector moves a device pool zero-copy only, and its pages carry no payload checksum
+/// ([`PayloadCheck::DeviceUnchecked`](crate::PayloadCheck::DeviceUnchecked)): their bytes
+/// never pass through host memory.
+#[derive(Debug, Clone)]
+pub struct RegionPool {
+    geometry: PoolGeometry,
+    region: MemoryRegion,
+}
+
+impl RegionPool {
+    /// A pool of `geometry` over `region`, which must hold `geometry.pool_bytes()`.
+    pub fn new(geometry: PoolGeometry, region: MemoryRegion) -> Result<Self> {
+        geometry.validate()?;
+        if region.len() < geometry.pool_bytes() {
+            return Err(crate::Error::InvalidPool {
+                reason: format!(
+                    "the region is {} bytes but the geometry needs {}",
+                    region.len(),
+                    geometry.pool_bytes()
+                ),
+            });
+        }
+        Ok(RegionPool { geometry, region })
+    }
+}
+
+impl HostPool for RegionPool {
+    fn geometry(&self) -> &PoolGeometry {
+        &self.geometry
+    }
+
+    fn memory(&self) -> Option<MemoryRegion> {
+        Some(self.region.clone())
+    }
+}
+
 /// A logical pool with no KV bytes (SGLang's `LogicalHostPool` anchor): pages are tracked by
 /// small marker objects only.
 #[derive(Debug, Clone)]

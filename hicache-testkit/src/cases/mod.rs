@@ -64,6 +64,7 @@ pub const ALL: &[Case] = cases![
     connector::connector_round_trip_mla_page_first => catches(&[ReadsDeliverNothing, TornWrites]),
     connector::connector_round_trip_mla_page_first_direct => catches(&[ReadsDeliverNothing, TornWrites]),
     connector::connector_round_trip_bounce => catches(&[ReadsDeliverNothing, OneObjectForAllNames]),
+    connector::connector_pool_in_variant_memory => catches(&[ReadsDeliverNothing, TornWrites]),
     connector::connector_aligned_pool_is_zero_copy => catches(&[InfoLies]),
     connector::connector_anchor_pool => catches(&[MissIsError, OneObjectForAllNames]),
     connector::connector_exists_empty_is_zero => core("an empty batch_exists is answered by the connector without calling the plugin"),

@@ -11,6 +11,7 @@ mod exists;
 mod integrity;
 mod isolation;
 mod layouts;
+mod memory;
 mod sglang;
 
 pub use batches::*;
@@ -19,6 +20,7 @@ pub use exists::*;
 pub use integrity::*;
 pub use isolation::*;
 pub use layouts::*;
+pub use memory::*;
 pub use sglang::*;
 
 use hicache_core::{ReadOutcome, SetOutcome};
