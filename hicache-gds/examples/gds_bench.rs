@@ -17,7 +17,8 @@
 //! ```sh
 //! cargo run --release -p hicache-gds --example gds_bench -- --dir DIR \
 //!     [--cufile LIB] [--cudart LIB] [--pages 1024] [--page-kib 1024] [--batch 32] \
-//!     [--inflight 2] [--threads 16] [--rounds 5] [--json FILE]
+//!     [--inflight 2] [--threads 16] [--rounds 5] [--json FILE] \
+//!     [--ways gds_mt,gds,bounce] [--gds-batch-limit N]
 //! ```
 
 use std::collections::BTreeMap;
@@ -47,6 +48,10 @@ struct Args {
     threads: usize,
     rounds: usize,
     json: Option<PathBuf>,
+    /// The ways to run beside raw cuFile (all by default).
+    ways: Vec<String>,
+    /// GDS's `batch_limit`, when given.
+    gds_batch_limit: Option<usize>,
 }
 
 fn args() -> Result<Args, String> {
@@ -61,6 +66,8 @@ fn args() -> Result<Args, String> {
         threads: 16,
         rounds: 5,
         json: None,
+        ways: ["gds_mt", "gds", "bounce"].map(String::from).to_vec(),
+        gds_batch_limit: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -77,6 +84,17 @@ fn args() -> Result<Args, String> {
             "--threads" => a.threads = number(value()?)?,
             "--rounds" => a.rounds = number(value()?)?,
             "--json" => a.json = Some(value()?.into()),
+            "--ways" => {
+                a.ways = value()?.split(',').map(String::from).collect();
+                if let Some(w) = a
+                    .ways
+                    .iter()
+                    .find(|w| !["gds_mt", "gds", "bounce"].contains(&w.as_str()))
+                {
+                    return Err(format!("--ways: unknown way {w} (gds_mt, gds, bounce)"));
+                }
+            }
+            "--gds-batch-limit" => a.gds_batch_limit = Some(number(value()?)?),
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -100,6 +118,9 @@ fn open(plugin: &'static PluginDescriptor, dir: &Path, a: &Args) -> Result<DynBa
         .set(format!("{section}.threads"), a.threads as u64);
     if let (Some(lib), true) = (&a.cufile, plugin.name != "POSIX") {
         loader = loader.set(format!("{section}.cufile_path"), lib.display().to_string());
+    }
+    if let (Some(limit), true) = (a.gds_batch_limit, plugin.name == hicache_gds::GDS) {
+        loader = loader.set(format!("{section}.batch_limit"), limit as u64);
     }
     let config = loader.load().map_err(|e| e.to_string())?;
     let params = params_for(plugin, &config).map_err(|e| e.to_string())?;
@@ -420,6 +441,9 @@ fn run() -> Result<(), String> {
         ("gds_mt", &hicache_gds::GDS_MT_DESCRIPTOR),
         ("gds", &hicache_gds::GDS_DESCRIPTOR),
     ] {
+        if !a.ways.iter().any(|w| w == name) {
+            continue;
+        }
         let backend = open(plugin, &a.dir.join(name), &a)?;
         let s = backend.register(src.clone()).map_err(|e| e.to_string())?;
         let d = backend.register(dst.clone()).map_err(|e| e.to_string())?;
@@ -438,47 +462,49 @@ fn run() -> Result<(), String> {
             }),
         ));
     }
-    // The bounce path's staging: page-locked host memory, as engines' host pools are.
-    let host = |what: &str| -> Result<MemoryRegion, String> {
-        let mut buf = AlignedBuf::zeroed(total, 4096).map_err(|e| format!("{what}: {e}"))?;
-        // SAFETY: the buffer stays allocated inside the region, which outlives the run; the
-        // process ends without unregistering it.
-        if let Err(e) = unsafe { cuda.host_register(buf.as_mut_ptr(), total) } {
-            // The stand-in runtime has no page-locking; NVIDIA's always has.
-            println!("{what}: not page-locked ({e}); the bounce path copies pageable memory");
-        }
-        Ok(MemoryRegion::from_aligned(buf))
-    };
-    let (host_src, host_dst) = (host("host staging")?, host("host staging")?);
-    let posix = open(&hicache_posix::DESCRIPTOR, &a.dir.join("bounce"), &a)?;
-    let (s, d) = (
-        posix
-            .register(host_src.clone())
-            .map_err(|e| e.to_string())?,
-        posix
-            .register(host_dst.clone())
-            .map_err(|e| e.to_string())?,
-    );
-    ways.push((
-        "bounce",
-        Box::new(Plugin {
-            backend: posix,
-            runtime: runtime()?,
-            keys: keys("bounce")?,
-            src: s,
-            dst: d,
-            bounce: Some(Bounce {
-                cuda: cuda.clone(),
-                device_src: src.clone(),
-                device_dst: dst.clone(),
-                host_src,
-                host_dst,
+    if a.ways.iter().any(|w| w == "bounce") {
+        // The bounce path's staging: page-locked host memory, as engines' host pools are.
+        let host = |what: &str| -> Result<MemoryRegion, String> {
+            let mut buf = AlignedBuf::zeroed(total, 4096).map_err(|e| format!("{what}: {e}"))?;
+            // SAFETY: the buffer stays allocated inside the region, which outlives the run; the
+            // process ends without unregistering it.
+            if let Err(e) = unsafe { cuda.host_register(buf.as_mut_ptr(), total) } {
+                // The stand-in runtime has no page-locking; NVIDIA's always has.
+                println!("{what}: not page-locked ({e}); the bounce path copies pageable memory");
+            }
+            Ok(MemoryRegion::from_aligned(buf))
+        };
+        let (host_src, host_dst) = (host("host staging")?, host("host staging")?);
+        let posix = open(&hicache_posix::DESCRIPTOR, &a.dir.join("bounce"), &a)?;
+        let (s, d) = (
+            posix
+                .register(host_src.clone())
+                .map_err(|e| e.to_string())?,
+            posix
+                .register(host_dst.clone())
+                .map_err(|e| e.to_string())?,
+        );
+        ways.push((
+            "bounce",
+            Box::new(Plugin {
+                backend: posix,
+                runtime: runtime()?,
+                keys: keys("bounce")?,
+                src: s,
+                dst: d,
+                bounce: Some(Bounce {
+                    cuda: cuda.clone(),
+                    device_src: src.clone(),
+                    device_dst: dst.clone(),
+                    host_src,
+                    host_dst,
+                }),
+                batch: a.batch,
+                inflight: a.inflight,
+                page: a.page_bytes as u64,
             }),
-            batch: a.batch,
-            inflight: a.inflight,
-            page: a.page_bytes as u64,
-        }),
-    ));
+        ));
+    }
     // The raw loop: its own device regions, registered with cuFile directly, and one
     // pre-created file per page.
     let (raw_src, raw_dst) = (region("raw source")?, region("raw target")?);

@@ -13,8 +13,7 @@
 //! the file's length) stay system calls on the host. A path whose
 //! [`batch_limit`](DataPath::batch_limit) is above 1 gets the transfers of up to that many
 //! operations at once ([`DataPath::transfer_batch`]): each worker drives that many
-//! operations in step, and their transfers meet in one call. A worker takes fewer when that
-//! spreads a call's items over every worker.
+//! operations in step, and their transfers meet in one call.
 
 use std::fmt;
 use std::io;
