@@ -67,11 +67,11 @@ impl TestMemory for SharedHostMemory {
     }
 
     fn copy_in(&self, to: &mut TargetSlice, bytes: &[u8]) -> Result<()> {
-        to.copy_from(0, bytes)
+        HostMemory.copy_in(to, bytes)
     }
 
     fn copy_out(&self, from: &SourceSlice) -> Result<Vec<u8>> {
-        from.host_bytes().map(<[u8]>::to_vec)
+        HostMemory.copy_out(from)
     }
 
     fn describe(&self) -> String {
