@@ -287,6 +287,8 @@ fn a_wrapped_iov_moves_bytes_through_the_published_file_not_the_callers_pointer(
     // SAFETY: the region is exactly its file's shared mapping and outlives the iov.
     let wrapped = unsafe { u.wrap_iov(&mount, &shm, shared.addr() as *mut u8, 8192) }.unwrap();
     assert_eq!(std::fs::read_link(wrapped.link()).unwrap(), shm);
+    // The pool's bytes are the region's, reached through its pins, never through the iov.
+    assert!(wrapped.iov().bytes().is_empty() && wrapped.iov().len() == 8192);
     // SAFETY: nothing else touches the region during the call.
     let got = unsafe { ring.run_in_place(&[(wrapped.iov(), io[0])]) }.unwrap();
     assert!(matches!(got[..], [Ok(8192)]), "{got:?}");

@@ -345,8 +345,10 @@ pub struct Iov {
 // from any thread; `&mut` (Ring::run, bytes_mut) keeps one user of an owned iov's bytes at a
 // time, and `Ring::run_in_place`'s contract keeps users of a wrapped iov to disjoint ranges.
 unsafe impl Send for Iov {}
-// SAFETY: `&Iov` reads only the descriptor, and I/O through `&Iov` is `run_in_place`'s,
-// under its contract.
+// SAFETY: through `&Iov`, safe code reads only the descriptor and an owned iov's bytes
+// (`bytes`, empty for a wrapped iov, whose memory is reached only through its region's
+// pins); an owned iov's I/O needs `&mut` (`Ring::run`), and I/O through `&Iov` is
+// `run_in_place`'s, under its contract.
 unsafe impl Sync for Iov {}
 
 impl std::fmt::Debug for Iov {
@@ -367,8 +369,10 @@ impl Iov {
     }
 
     /// Its bytes (no I/O runs on it while it is borrowed: [`Ring::run`] takes it mutably).
+    /// Empty for a wrapped iov, whose memory belongs to the caller's region and is reached
+    /// through that region's pins, never through the iov.
     pub fn bytes(&self) -> &[u8] {
-        if self.raw.base.is_null() {
+        if self.raw.base.is_null() || self.wrapped {
             return &[];
         }
         // SAFETY: `size` bytes at `base` belong to the iov while it lives, and no I/O runs
@@ -376,9 +380,9 @@ impl Iov {
         unsafe { std::slice::from_raw_parts(self.raw.base, self.raw.size) }
     }
 
-    /// Its bytes, to fill before a write.
+    /// Its bytes, to fill before a write (empty for a wrapped iov, as [`bytes`](Self::bytes)).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        if self.raw.base.is_null() {
+        if self.raw.base.is_null() || self.wrapped {
             return &mut [];
         }
         // SAFETY: as `bytes`, and `&mut self` excludes every other access.
