@@ -91,7 +91,6 @@ pub(crate) struct UsrbioPath {
     plugin: &'static str,
     usrbio: Arc<Usrbio>,
     mount: PathBuf,
-    iov_bytes: usize,
     shape: LaneShape,
     idle: Mutex<Vec<Lane>>,
     /// Regions moved in place, by base address.
@@ -109,7 +108,7 @@ impl std::fmt::Debug for UsrbioPath {
         f.debug_struct("UsrbioPath")
             .field("usrbio", &self.usrbio)
             .field("mount", &self.mount)
-            .field("iov_bytes", &self.iov_bytes)
+            .field("shape", &self.shape)
             .finish_non_exhaustive()
     }
 }
@@ -152,7 +151,6 @@ impl UsrbioPath {
             plugin,
             usrbio,
             mount,
-            iov_bytes: shape.iov_bytes,
             shape,
             idle: Mutex::new(Vec::new()),
             in_place: RwLock::new(BTreeMap::new()),
@@ -199,7 +197,7 @@ impl UsrbioPath {
     /// segment lies in a wrapped region, else through the bounce iov.
     fn pieces(&self, t: &Transfer<'_>, out: &mut Vec<Piece>) {
         let map = self.in_place.read().unwrap_or_else(|e| e.into_inner());
-        let bounce_most = IO_BYTES.min(self.iov_bytes);
+        let bounce_most = IO_BYTES.min(self.shape.iov_bytes);
         out.clear();
         let mut at = t.offset();
         for (addr, len) in t.segments() {
@@ -257,7 +255,7 @@ impl UsrbioPath {
                 .iter()
                 .any(|p| matches!(p.place, Place::Bounce { .. }))
         {
-            lane.iov = Some(self.usrbio.create_iov(&self.mount, self.iov_bytes)?);
+            lane.iov = Some(self.usrbio.create_iov(&self.mount, self.shape.iov_bytes)?);
         }
         let fd = self.usrbio.register_fd(t.file())?;
         let direction = t.direction();
@@ -277,7 +275,7 @@ impl UsrbioPath {
             while end < pieces.len() {
                 let len = pieces[end].len;
                 if let Place::Bounce { at, .. } = &mut pieces[end].place {
-                    if used + len > self.iov_bytes {
+                    if used + len > self.shape.iov_bytes {
                         break;
                     }
                     *at = used;
@@ -506,7 +504,10 @@ impl DataPath for UsrbioPath {
             None => "the memory is not in a shared-memory file; a pool made with MmapPool::shared moves in place".to_string(),
         };
         RegionPath::Copied(CopyReport {
-            through: format!("{} USRBIO bounce iovs", ByteSize(self.iov_bytes as u64)),
+            through: format!(
+                "{} USRBIO bounce iovs",
+                ByteSize(self.shape.iov_bytes as u64)
+            ),
             why,
             bytes: self.copied.clone(),
         })
@@ -516,7 +517,7 @@ impl DataPath for UsrbioPath {
         format!(
             "USRBIO rings on {} (pools in shared memory in place, other memory through {} bounce iovs; {}{})",
             self.mount.display(),
-            ByteSize(self.iov_bytes as u64),
+            ByteSize(self.shape.iov_bytes as u64),
             self.usrbio.path().display(),
             if self.usrbio.is_stand_in() {
                 ", the test stand-in"

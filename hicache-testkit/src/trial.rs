@@ -168,15 +168,8 @@ impl TrialEnv {
     /// A fresh, zeroed host pool for the connector cases, from the variant's memory
     /// ([`TestMemory::pool`]: anonymous by default, shared memory for
     /// [`SharedHostMemory`](crate::memory::SharedHostMemory)).
-    ///
-    /// # Panics
-    /// When the pool cannot be mapped (out of memory): the trial cannot run at all.
-    pub fn pool(&self, geometry: PoolGeometry) -> Arc<MmapPool> {
-        Arc::new(
-            self.memory
-                .pool(geometry)
-                .unwrap_or_else(|e| panic!("cannot map a test pool: {e}")),
-        )
+    pub fn pool(&self, geometry: PoolGeometry) -> Result<Arc<MmapPool>> {
+        self.memory.pool(geometry).map(Arc::new)
     }
 
     /// Sets the memory the backend cases register.

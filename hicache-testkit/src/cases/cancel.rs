@@ -159,7 +159,7 @@ async fn workload(
     let options =
         HiCacheOptions::new(StorageIdentity::single("cancel")).with_max_slots_per_chunk(2);
     let cache = Arc::new(HiCache::with_backend(env.backend()?, config, options)?);
-    let pool = env.pool(geometry);
+    let pool = env.pool(geometry)?;
     let report = cache.register_pool(pool.clone())?;
     let page_bytes = geometry.page_bytes() as usize;
     let ks = keys("cx", KEYS);
@@ -372,7 +372,7 @@ async fn bounce(env: &TrialEnv, format: &str) -> CaseResult {
         env.config().set("naming", "sglang").load()?,
         HiCacheOptions::new(StorageIdentity::single("probe")),
     )?;
-    let mode = probe.register_pool(env.pool(geometry))?.mode;
+    let mode = probe.register_pool(env.pool(geometry)?)?.mode;
     ensure_eq!(mode, TransferMode::Bounce);
     probe.close();
     workload(env, format, geometry, "sglang").await
@@ -383,7 +383,7 @@ async fn bounce(env: &TrialEnv, format: &str) -> CaseResult {
 pub async fn cancel_unregister_waits_for_in_flight(env: &TrialEnv) -> CaseResult {
     let cache = Arc::new(env.default_connector()?);
     let geometry = mha(Layout::PageFirst, 16, 64);
-    let pool = env.pool(geometry);
+    let pool = env.pool(geometry)?;
     cache.register_pool(pool.clone())?;
     let ks = keys("ur", 32);
     let src: Vec<u64> = (0..32).collect();

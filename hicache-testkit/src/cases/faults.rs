@@ -27,7 +27,7 @@ struct Faulty {
 /// a fault-free connector over the same storage.
 async fn faulty(env: &TrialEnv, plan: FaultPlan, clean: bool) -> Result<Faulty, CaseError> {
     let geometry = mha(Layout::PageFirst, 4, 64);
-    let pool = env.pool(geometry);
+    let pool = env.pool(geometry)?;
     let ks = keys("ft", 32);
     let data: Vec<Vec<u8>> = (0..32)
         .map(|p| fill_page(&pool, p, 700 + p as u32))

@@ -150,7 +150,7 @@ pub async fn model_sequences_match_a_reference_map(env: &TrialEnv) -> CaseResult
     for format in ["envelope", "raw"] {
         let cache =
             Arc::new(env.connector(StorageIdentity::single("model"), &[("page_format", format)])?);
-        let pool = env.pool(geometry);
+        let pool = env.pool(geometry)?;
         cache.register_pool(pool.clone())?;
         runs.push((format, cache, pool));
     }

@@ -18,7 +18,7 @@ use super::{PAGES, all_hits, all_written};
 /// B11/B14: one result per page; misses inside a batch are per page.
 pub async fn connector_misses_are_per_page(env: &TrialEnv) -> CaseResult {
     let cache = env.default_connector()?;
-    let pool = env.pool(mha(Layout::PageFirst, 16, PAGES));
+    let pool = env.pool(mha(Layout::PageFirst, 16, PAGES))?;
     cache.register_pool(pool.clone())?;
     let ks = keys("pp", 5);
     let d0 = fill_page(&pool, 0, 1);
@@ -49,7 +49,7 @@ pub async fn connector_misses_are_per_page(env: &TrialEnv) -> CaseResult {
 /// B12: empty set and get return empty results.
 pub async fn connector_empty_set_and_get(env: &TrialEnv) -> CaseResult {
     let cache = env.default_connector()?;
-    cache.register_pool(env.pool(mha(Layout::PageFirst, 16, PAGES)))?;
+    cache.register_pool(env.pool(mha(Layout::PageFirst, 16, PAGES))?)?;
     ensure!(
         cache
             .batch_set(&[], HostSlots::Pages(&[]))
@@ -68,7 +68,7 @@ pub async fn connector_empty_set_and_get(env: &TrialEnv) -> CaseResult {
 /// B13 (fixed): ragged, misaligned or out-of-pool host indices are rejected before I/O.
 pub async fn connector_ragged_host_indices_rejected(env: &TrialEnv) -> CaseResult {
     let cache = env.default_connector()?;
-    cache.register_pool(env.pool(mha(Layout::PageFirst, 4, PAGES)))?;
+    cache.register_pool(env.pool(mha(Layout::PageFirst, 4, PAGES))?)?;
     let ks = keys("rg", 2);
     let ragged: Vec<u64> = (0..7).collect();
     let shifted: Vec<u64> = (1..9).collect();
@@ -121,7 +121,7 @@ async fn bounce_miss(
     geometry: PoolGeometry,
     prefix: &str,
 ) -> CaseResult {
-    let pool = env.pool(geometry);
+    let pool = env.pool(geometry)?;
     ensure_eq!(
         cache.register_pool(pool.clone())?.mode,
         TransferMode::Bounce
@@ -148,7 +148,7 @@ async fn bounce_miss(
 pub async fn connector_batches_above_128_pages(env: &TrialEnv) -> CaseResult {
     let cache = env.default_connector()?;
     let geometry = mha(Layout::PageFirst, 4, 400);
-    let pool = env.pool(geometry);
+    let pool = env.pool(geometry)?;
     cache.register_pool(pool.clone())?;
     let ks = keys("big", 200);
     let src: Vec<u64> = (0..200).collect();
@@ -191,7 +191,7 @@ pub async fn connector_io_before_register_is_an_error(env: &TrialEnv) -> CaseRes
 /// B23: setting a key again succeeds and the page stays readable (new content wins).
 pub async fn connector_set_twice(env: &TrialEnv) -> CaseResult {
     let cache = env.default_connector()?;
-    let pool = env.pool(mha(Layout::PageFirst, 16, PAGES));
+    let pool = env.pool(mha(Layout::PageFirst, 16, PAGES))?;
     cache.register_pool(pool.clone())?;
     let ks = keys("tw", 1);
     fill_page(&pool, 0, 1);
@@ -239,7 +239,7 @@ pub async fn connector_remove_pages(env: &TrialEnv) -> CaseResult {
 /// A pool registered twice replaces the first registration.
 pub async fn connector_reregister_pool(env: &TrialEnv) -> CaseResult {
     let cache = env.default_connector()?;
-    cache.register_pool(env.pool(mha(Layout::PageFirst, 16, PAGES)))?;
+    cache.register_pool(env.pool(mha(Layout::PageFirst, 16, PAGES))?)?;
     let mode = round_trip(env, &cache, mha(Layout::PageFirstDirect, 16, PAGES)).await?;
     ensure!(matches!(
         mode,
@@ -259,7 +259,7 @@ pub async fn connector_small_staging_chunks(env: &TrialEnv) -> CaseResult {
     let options = HiCacheOptions::new(StorageIdentity::single("m")).with_max_slots_per_chunk(3);
     let cache = env.connector_with_options(options)?;
     let geometry = mha(Layout::PageFirst, 16, 40);
-    let pool = env.pool(geometry);
+    let pool = env.pool(geometry)?;
     cache.register_pool(pool.clone())?;
     let ks = keys("sc", 17);
     let src: Vec<u64> = (0..17).collect();

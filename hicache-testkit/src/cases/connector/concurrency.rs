@@ -16,7 +16,7 @@ use super::all_hits;
 pub async fn connector_three_threads_10k_ops(env: &TrialEnv) -> CaseResult {
     let cache = Arc::new(env.default_connector()?);
     let geometry = mha(Layout::PageFirst, 2, 64);
-    let pool = env.pool(geometry);
+    let pool = env.pool(geometry)?;
     cache.register_pool(pool.clone())?;
     let ks = keys("cc", 16);
     // A key's content depends only on the key, so concurrent writers of one key agree.
@@ -101,7 +101,7 @@ pub async fn connector_three_threads_10k_ops(env: &TrialEnv) -> CaseResult {
 /// B26: two setters and two getters of the same keys at once stay correct.
 pub async fn connector_concurrent_setters_same_keys(env: &TrialEnv) -> CaseResult {
     let cache = Arc::new(env.default_connector()?);
-    let pool = env.pool(mha(Layout::PageFirst, 16, 32));
+    let pool = env.pool(mha(Layout::PageFirst, 16, 32))?;
     cache.register_pool(pool.clone())?;
     let ks = keys("cs", 4);
     let expected: Vec<Vec<u8>> = (0..4)

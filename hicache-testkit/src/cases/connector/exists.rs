@@ -13,7 +13,7 @@ use super::{PAGES, all_hits, all_written};
 /// B1: `batch_exists([])` is 0.
 pub async fn connector_exists_empty_is_zero(env: &TrialEnv) -> CaseResult {
     let cache = env.default_connector()?;
-    cache.register_pool(env.pool(mha(Layout::PageFirst, 16, PAGES)))?;
+    cache.register_pool(env.pool(mha(Layout::PageFirst, 16, PAGES))?)?;
     ensure_eq!(cache.batch_exists(&[]).await?, 0);
     Ok(())
 }
@@ -23,7 +23,7 @@ pub(super) async fn exists_fixture(
     stored: &[usize],
 ) -> Result<(HiCache, Vec<PageKey>), CaseError> {
     let cache = env.default_connector()?;
-    cache.register_pool(env.pool(mha(Layout::PageFirst, 16, PAGES)))?;
+    cache.register_pool(env.pool(mha(Layout::PageFirst, 16, PAGES))?)?;
     let ks = keys("ex", 3);
     for &i in stored {
         ensure!(all_written(

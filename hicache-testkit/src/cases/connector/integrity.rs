@@ -68,7 +68,7 @@ async fn corruption_fixture(
     env: &TrialEnv,
 ) -> Result<(HiCache, Arc<MmapPool>, Vec<PageKey>), CaseError> {
     let cache = env.default_connector()?;
-    let pool = env.pool(mha(Layout::PageFirst, 16, PAGES));
+    let pool = env.pool(mha(Layout::PageFirst, 16, PAGES))?;
     cache.register_pool(pool.clone())?;
     let ks = keys("cr", 2);
     fill_page(&pool, 0, 11);
@@ -139,7 +139,7 @@ pub async fn connector_misplaced_object_is_a_miss(env: &TrialEnv) -> CaseResult 
 pub async fn connector_foreign_object_is_a_miss(env: &TrialEnv) -> CaseResult {
     let (cache, _pool, ks) = corruption_fixture(env).await?;
     let other = env.connector(StorageIdentity::single("another-model"), &[])?;
-    let opool = env.pool(mha(Layout::PageFirst, 16, PAGES));
+    let opool = env.pool(mha(Layout::PageFirst, 16, PAGES))?;
     other.register_pool(opool.clone())?;
     fill_page(&opool, 0, 99);
     ensure!(all_written(

@@ -19,7 +19,7 @@ pub async fn connector_mla_non_writer_skips(env: &TrialEnv) -> CaseResult {
         ..StorageIdentity::single("ds")
     };
     let cache = env.connector(identity, &[])?;
-    let report = cache.register_pool(env.pool(mla(Layout::PageFirst, 16, PAGES)))?;
+    let report = cache.register_pool(env.pool(mla(Layout::PageFirst, 16, PAGES))?)?;
     ensure!(!report.writer);
     let ks = keys("mw", 2);
     let r = cache.batch_set(&ks, HostSlots::Pages(&[0, 1])).await?;
@@ -40,7 +40,7 @@ pub async fn connector_mla_pages_are_shared_across_tp(env: &TrialEnv) -> CaseRes
         ..StorageIdentity::single("ds")
     };
     let writer = env.connector(id(0, 4), &[])?;
-    let wpool = env.pool(mla(Layout::PageFirst, 16, PAGES));
+    let wpool = env.pool(mla(Layout::PageFirst, 16, PAGES))?;
     writer.register_pool(wpool.clone())?;
     let ks = keys("ms", 1);
     let data = fill_page(&wpool, 0, 5);
@@ -49,7 +49,7 @@ pub async fn connector_mla_pages_are_shared_across_tp(env: &TrialEnv) -> CaseRes
     ));
     for (r, s) in [(2, 4), (0, 8)] {
         let reader = env.connector(id(r, s), &[])?;
-        let rpool = env.pool(mla(Layout::PageFirst, 16, PAGES));
+        let rpool = env.pool(mla(Layout::PageFirst, 16, PAGES))?;
         reader.register_pool(rpool.clone())?;
         let got = reader.batch_get(&ks, HostSlots::Pages(&[3])).await?;
         ensure!(all_hits(&got), "tp {r}/{s}: {got:?}");
@@ -64,7 +64,7 @@ async fn isolated(
     reader: (StorageIdentity, PoolGeometry),
 ) -> CaseResult {
     let w = env.connector(writer.0, &[])?;
-    let wpool = env.pool(writer.1);
+    let wpool = env.pool(writer.1)?;
     w.register_pool(wpool.clone())?;
     let ks = keys("iso", 1);
     fill_page(&wpool, 0, 6);
@@ -72,7 +72,7 @@ async fn isolated(
         &w.batch_set(&ks, HostSlots::Pages(&[0])).await?
     ));
     let r = env.connector(reader.0, &[])?;
-    r.register_pool(env.pool(reader.1))?;
+    r.register_pool(env.pool(reader.1)?)?;
     ensure_eq!(
         r.batch_exists(&ks).await?,
         0,

@@ -22,7 +22,7 @@ pub(super) async fn round_trip(
     cache: &HiCache,
     geometry: PoolGeometry,
 ) -> Result<TransferMode, CaseError> {
-    let pool = env.pool(geometry);
+    let pool = env.pool(geometry)?;
     let report = cache.register_pool(pool.clone())?;
     let ks = keys("rt", 4);
     let data: Vec<Vec<u8>> = (0..4)
@@ -150,7 +150,7 @@ pub async fn connector_round_trip_bounce(env: &TrialEnv) -> CaseResult {
 /// An aligned page-first pool moves zero-copy.
 pub async fn connector_aligned_pool_is_zero_copy(env: &TrialEnv) -> CaseResult {
     let cache = env.default_connector()?;
-    let report = cache.register_pool(env.pool(mha(Layout::PageFirst, 16, PAGES)))?;
+    let report = cache.register_pool(env.pool(mha(Layout::PageFirst, 16, PAGES))?)?;
     ensure_eq!(report.mode, TransferMode::ZeroCopy, "{}", report.reason);
     Ok(())
 }

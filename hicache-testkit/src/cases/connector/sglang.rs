@@ -19,7 +19,7 @@ pub async fn connector_sglang_naming_raw_pages(env: &TrialEnv) -> CaseResult {
         ..StorageIdentity::single("Qwen/Qwen3-8B")
     };
     let cache = env.connector(identity, &[("naming", "sglang"), ("page_format", "raw")])?;
-    let pool = env.pool(mha(Layout::PageFirst, 16, PAGES));
+    let pool = env.pool(mha(Layout::PageFirst, 16, PAGES))?;
     let report = cache.register_pool(pool.clone())?;
     ensure_eq!(report.naming, NamingScheme::Sglang);
     let key = PageKey::new(format!("{:064x}", 0xabcdefu64))?;
@@ -69,7 +69,7 @@ pub async fn connector_sglang_missing_v_ends_the_prefix(env: &TrialEnv) -> CaseR
         StorageIdentity::single("m"),
         &[("naming", "sglang"), ("page_format", "raw")],
     )?;
-    let pool = env.pool(mha(Layout::PageFirst, 16, PAGES));
+    let pool = env.pool(mha(Layout::PageFirst, 16, PAGES))?;
     let report = cache.register_pool(pool.clone())?;
     if report.mode != TransferMode::ZeroCopy {
         return skip(format!(
