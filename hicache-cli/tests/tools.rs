@@ -287,15 +287,19 @@ fn scrub_finds_torn_corrupt_foreign_and_stale_files_and_deletes_them() {
     // A temporary file of a killed writer, an hour old.
     let bucket = paths[4].parent().unwrap();
     let stale = bucket.join(".t1234-5");
-    std::fs::write(&stale, b"partial").unwrap();
-    let old = CString::new(stale.to_str().unwrap()).unwrap();
-    let times = [libc::timespec {
-        tv_sec: 1,
-        tv_nsec: 0,
-    }; 2];
-    // SAFETY: NUL-terminated path and a two-element array, as utimensat wants.
-    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, old.as_ptr(), times.as_ptr(), 0) };
-    assert_eq!(rc, 0);
+    // A spare a writer keeps for reuse, as old: not a page, never judged or deleted.
+    let spare = bucket.join(".s0123456789abcdef-1f");
+    for f in [&stale, &spare] {
+        std::fs::write(f, b"partial").unwrap();
+        let old = CString::new(f.to_str().unwrap()).unwrap();
+        let times = [libc::timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        }; 2];
+        // SAFETY: NUL-terminated path and a two-element array, as utimensat wants.
+        let rc = unsafe { libc::utimensat(libc::AT_FDCWD, old.as_ptr(), times.as_ptr(), 0) };
+        assert_eq!(rc, 0);
+    }
 
     let opts = ScrubOptions {
         dirs: vec![dir.path().to_path_buf()],
@@ -323,6 +327,7 @@ fn scrub_finds_torn_corrupt_foreign_and_stale_files_and_deletes_them() {
     })
     .unwrap();
     assert!(deleted.findings.iter().all(|f| f.deleted));
+    assert!(spare.exists(), "a spare is left alone");
     let again = scrub(&opts).unwrap();
     assert_eq!(
         (again.files, again.valid, again.findings.len()),

@@ -49,7 +49,7 @@ pub fn inspect_root(dir: &Path) -> std::io::Result<RootContents> {
             let Ok(top) = beneath::open_dir(root.fd(), &name) else {
                 continue;
             };
-            let spares = spare::scan(top.as_fd(), false);
+            let spares = spare::scan(top.as_fd(), None);
             found
                 .links
                 .extend(spares.links.iter().map(|l| shown.join(l)));

@@ -26,6 +26,7 @@ pub use config::{
 };
 pub use fsinfo::{FALLBACK_ALIGN, FsInfo, fs_info, space};
 pub use inspect::{RootContents, inspect_root};
+pub use name::is_spare_name;
 pub use probe::{DirProbe, DirProblem, PosixFindings, probe_dir};
 
 use hicache_core::Result;

@@ -6,6 +6,32 @@ use std::hash::BuildHasher;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// What every spare's name starts with ([`Name::spare`]).
+pub(crate) const SPARE_PREFIX: &[u8] = b".s";
+
+/// Hex digits of a spare pool's tag.
+pub(crate) const SPARE_TAG_LEN: usize = 16;
+
+/// Whether `name` (a file in a bucket dir) is a spare: a file a writer keeps for reuse, never
+/// a page. Tools that walk bucket dirs skip it; the next writer to start reclaims the spares of
+/// a process that is gone.
+pub fn is_spare_name(name: &[u8]) -> bool {
+    spare_tag(name).is_some()
+}
+
+/// The pool tag in a spare's name `.s<tag>-<id>`, if `name` is one.
+pub(crate) fn spare_tag(name: &[u8]) -> Option<&[u8]> {
+    let rest = name.strip_prefix(SPARE_PREFIX)?;
+    let (tag, id) = (rest.get(..SPARE_TAG_LEN)?, rest.get(SPARE_TAG_LEN..)?);
+    let id = id.strip_prefix(b"-")?;
+    let hex = |b: &[u8]| {
+        !b.is_empty()
+            && b.iter()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+    };
+    (hex(tag) && hex(id) && id.len() <= 16).then_some(tag)
+}
+
 /// Room for one name component and its NUL (Linux NAME_MAX is 255).
 pub(crate) const NAME_CAP: usize = 256;
 
@@ -46,9 +72,13 @@ impl Name {
         Ok(n)
     }
 
-    /// A spare's name: its id in hex.
-    pub(crate) fn spare(id: u64) -> Self {
+    /// A spare's name in a bucket dir: `.s<pool tag>-<id in hex>`. No key can take it (keys
+    /// never start with `.`), and the tag says which process's pool it belongs to.
+    pub(crate) fn spare(tag: &[u8; SPARE_TAG_LEN], id: u64) -> Self {
         let mut n = Self::new();
+        n.push(SPARE_PREFIX).expect("fits");
+        n.push(tag).expect("fits");
+        n.push(b"-").expect("fits");
         n.push(hex(id, &mut [0; 16])).expect("16 hex digits fit");
         n
     }

@@ -1,6 +1,8 @@
 //! Scrub of storage dirs laid out as the POSIX plugin lays them out: every bucket dir
 //! (`00`..`ff`) of every dir, file by file. Beyond what a listing shows, it finds temporary
-//! files of killed writers, links, and objects in the wrong bucket dir.
+//! files of killed writers, links, and objects in the wrong bucket dir. The plugin's spares
+//! (files a writer keeps for reuse, `.s<tag>-<id>`) are not pages: they are skipped, and the
+//! next writer to start reclaims those of a process that is gone.
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
@@ -89,6 +91,19 @@ pub fn scrub(opts: &ScrubOptions) -> Result<ScrubReport> {
     Ok(report)
 }
 
+/// Whether a file in a bucket dir is one of the POSIX plugin's spares.
+fn is_spare(name: &[u8]) -> bool {
+    #[cfg(feature = "posix")]
+    {
+        hicache::posix::is_spare_name(name)
+    }
+    #[cfg(not(feature = "posix"))]
+    {
+        // Without the plugin this build makes no spares; another build's writer may have.
+        name.starts_with(b".s")
+    }
+}
+
 /// Whether a name is a bucket dir's: two lowercase hex digits.
 fn is_bucket_name(name: &CStr) -> bool {
     let name = name.to_bytes();
@@ -154,6 +169,9 @@ fn scrub_bucket(
             }
             _ => continue,
         };
+        if is_spare(cname.to_bytes()) {
+            continue;
+        }
         report.files += 1;
         let finding = if name.starts_with('.') {
             let modified = SystemTime::UNIX_EPOCH

@@ -270,7 +270,7 @@ fn execute(
         Step::OpenStaged | Step::OpenObject => {
             let (flags, mode) = op.open_flags(step, root);
             let (dir, name) = match step {
-                Step::OpenStaged => (op.stage_dir(root), op.tmp()),
+                Step::OpenStaged => (op.stage_dir(), op.tmp()),
                 _ => (op.bucket(), op.name()),
             };
             match beneath::open(dir, name.as_cstr(), flags, mode) {
@@ -307,7 +307,7 @@ fn execute(
             None => no_file(),
         },
         Step::Publish(how) => {
-            let (from_dir, from) = (op.stage_dir(root), op.tmp().as_cstr());
+            let (from_dir, from) = (op.stage_dir(), op.tmp().as_cstr());
             let (to_dir, to) = (op.bucket(), op.name().as_cstr());
             kernel_result(
                 match how {
@@ -326,18 +326,15 @@ fn execute(
             }
             Err(e) => kernel_result(Err(e)),
         },
-        Step::MoveToSpare => match root.spares.as_ref() {
-            Some(pool) => kernel_result(
-                beneath::rename(
-                    op.bucket(),
-                    op.name().as_cstr(),
-                    pool.fd(),
-                    op.tmp().as_cstr(),
-                )
-                .map(|()| 0),
-            ),
-            None => -(libc::ENOENT as i64),
-        },
+        Step::MoveToSpare => kernel_result(
+            beneath::rename(
+                op.bucket(),
+                op.name().as_cstr(),
+                op.bucket(),
+                op.tmp().as_cstr(),
+            )
+            .map(|()| 0),
+        ),
         Step::Unlink => {
             kernel_result(beneath::unlink(op.bucket(), op.name().as_cstr()).map(|()| 0))
         }

@@ -229,7 +229,26 @@ fn replaced_and_removed_objects_are_recycled() {
     remove_object(&r, *b"ab", b"small").unwrap();
     assert_eq!(pool.len(), 2);
     assert!(!dir.path().join("ab/k").exists());
-    assert_eq!(std::fs::read_dir(dir.path().join("ab")).unwrap().count(), 0);
+    // The spares lie in the bucket dir, under names no key can take.
+    let names: Vec<_> = std::fs::read_dir(dir.path().join("ab"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_encoded_bytes())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(
+        names.iter().all(|n| crate::name::spare_tag(n).is_some()),
+        "{names:?}"
+    );
+    // A write to a bucket dir without spares takes one from another dir.
+    let mut e = vec![5u8; 100];
+    write_object(&r, *b"cd", b"elsewhere", &[iov(&mut e)], NoSync).unwrap();
+    assert_eq!(pool.len(), 1);
+    assert_eq!(
+        std::fs::read(dir.path().join("cd/elsewhere")).unwrap(),
+        vec![5u8; 100]
+    );
+    assert_eq!(std::fs::read_dir(dir.path().join("ab")).unwrap().count(), 1);
+    assert_eq!(std::fs::read_dir(dir.path().join("cd")).unwrap().count(), 1);
 }
 
 #[test]
@@ -239,8 +258,7 @@ fn hex_names() {
     assert_eq!(hex(u64::MAX, &mut [0; 16]), b"ffffffffffffffff");
 }
 
-/// A link planted at every level a root has: bucket dir, page, spare dir, spare file,
-/// temp name. Nothing outside the root is read, written or removed.
+/// A link planted at every level a root has: bucket dir, page, spare file, temp name. Nothing outside the root is read, written or removed.
 #[test]
 fn links_at_every_level_are_refused() {
     let outside = tempfile::tempdir().unwrap();
@@ -287,14 +305,17 @@ fn links_at_every_level_are_refused() {
         // Replacing and removing recycle; a later write reuses spares, never a link.
         write_object(&r, *b"ab", b"page", &[iov(&mut a)], NoSync).unwrap();
         remove_object(&r, *b"ab", b"page").unwrap();
-        if let Some(pool) = &r.spares {
-            for e in std::fs::read_dir(pool.path()).unwrap() {
+        if recycling {
+            let mut planted = 0;
+            for e in std::fs::read_dir(dir.path().join("ab")).unwrap() {
                 let e = e.unwrap();
-                if e.file_name() != "lock" {
+                if crate::name::spare_tag(e.file_name().as_encoded_bytes()).is_some() {
                     std::fs::remove_file(e.path()).unwrap();
                     symlink(&victim, e.path()).unwrap();
+                    planted += 1;
                 }
             }
+            assert!(planted > 0, "the spares lie in the bucket dir");
         }
         for i in 0..4 {
             let k = format!("n{i}");

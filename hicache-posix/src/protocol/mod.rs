@@ -18,7 +18,8 @@
 //! [recycled](recycle). A filesystem without `renameat2` flags, or a key that vanished between
 //! the two calls, falls back to a plain rename.
 //!
-//! **Remove**: a regular file moves into the spare dir and is [recycled](recycle); anything
+//! **Remove**: a regular file is renamed to a spare name in its bucket dir and is
+//! [recycled](recycle); anything
 //! else under the name is unlinked (a link itself, never what it points to).
 
 pub(crate) mod op;
@@ -159,16 +160,17 @@ pub(crate) fn after_rename(result: io::Result<()>, exchanged: bool) -> AfterRena
     }
 }
 
-/// Keeps the file now under spare `id` for a later write when it is a regular file and the
-/// pool has room; false when the caller must unlink it instead (a link planted under the
-/// key is unlinked, never kept).
+/// Keeps the file now under spare `id` in bucket dir `bucket` for a later write when it is a
+/// regular file and the pool has room; false when the caller must unlink it instead (a link
+/// planted under the key is unlinked, never kept).
 pub(crate) fn recycle(
     pool: &crate::spare::SparePool,
+    bucket: [u8; 2],
     id: u64,
     found: io::Result<nix::sys::stat::FileStat>,
 ) -> bool {
     match found {
-        Ok(st) if crate::beneath::is_file(&st) => pool.give(id, st.st_size as u64),
+        Ok(st) if crate::beneath::is_file(&st) => pool.give(bucket, id, st.st_size as u64),
         _ => false,
     }
 }

@@ -59,12 +59,7 @@ fn entry(step: Step, op: &mut Op, at: &mut Place<'_>) -> squeue::Entry {
     let bucket = types::Fd(op.bucket().as_raw_fd());
     let name = op.name().as_cstr().as_ptr();
     let tmp = op.tmp().as_cstr().as_ptr();
-    let stage_dir = types::Fd(op.stage_dir(at.root).as_raw_fd());
-    let spare_dir = at
-        .root
-        .spares
-        .as_ref()
-        .map(|p| types::Fd(p.fd().as_raw_fd()));
+    let stage_dir = types::Fd(op.stage_dir().as_raw_fd());
     match step {
         Step::OpenStaged | Step::OpenObject => {
             let (flags, mode) = op.open_flags(step, at.root);
@@ -126,11 +121,7 @@ fn entry(step: Step, op: &mut Op, at: &mut Place<'_>) -> squeue::Entry {
             .flags(libc::AT_SYMLINK_NOFOLLOW)
             .mask(libc::STATX_TYPE)
             .build(),
-        // Without a spare dir there is nothing to move into: the rename then fails (the
-        // interpreter unlinks instead).
-        Step::MoveToSpare => {
-            opcode::RenameAt::new(bucket, name, spare_dir.unwrap_or(types::Fd(-1)), tmp).build()
-        }
+        Step::MoveToSpare => opcode::RenameAt::new(bucket, name, bucket, tmp).build(),
         Step::Unlink => opcode::UnlinkAt::new(bucket, name).build(),
     }
 }

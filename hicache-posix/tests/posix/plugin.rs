@@ -228,9 +228,10 @@ fn every_declared_parameter_reaches_the_plugin() {
     );
 }
 
-/// Both engines recycle object files: a removed object's file waits in the spare dir and
-/// carries the next write of the same size, and a replaced object's file the write after the
-/// replacement (seen by the spare dir's contents and by inode numbers).
+/// Both engines recycle object files: a removed object's file waits as a spare in its bucket
+/// dir and carries the next write of the same size there, and a replaced object's file the
+/// write after the replacement (seen by the spare names in the bucket dirs and by inode
+/// numbers).
 #[tokio::test]
 async fn both_engines_recycle_the_files_of_removed_and_replaced_objects() {
     use std::os::unix::fs::MetadataExt;
@@ -240,15 +241,33 @@ async fn both_engines_recycle_the_files_of_removed_and_replaced_objects() {
         let buf = MemoryRegion::from_aligned(AlignedBuf::zeroed(4096, 4096).unwrap());
         let id = b.register(buf).unwrap();
         let segments = [Slice::new(id, 0, 4096)];
-        // Inodes of the files waiting in this process's spare dir.
+        // Inodes of the spares waiting in the bucket dirs (`.s<tag>-<id>`).
         let spares = || -> Vec<u64> {
-            walk(&dir.path().join(".hicache-spare"))
+            walk(dir.path())
                 .into_iter()
-                .filter(|p| !p.ends_with("lock"))
+                .filter(|p| {
+                    let name = p.file_name().unwrap().to_string_lossy();
+                    name.starts_with(".s") && !p.to_string_lossy().contains(".hicache-spare")
+                })
                 .map(|p| std::fs::metadata(p).unwrap().ino())
                 .collect()
         };
-        let write = |name: &'static str| {
+        // Keys in one bucket dir: spares serve writes in their own dir.
+        let bucket = |k: &str| {
+            b.object_path(&ObjectKey::new(k).unwrap())
+                .parent()
+                .unwrap()
+                .to_owned()
+        };
+        let mut keys = vec!["a".to_string()];
+        keys.extend(
+            (0..100_000)
+                .map(|i| format!("k{i}"))
+                .filter(|k| bucket(k) == bucket("a"))
+                .take(3),
+        );
+        let [ka, kb, kc, kd] = [0, 1, 2, 3].map(|i| keys[i].clone());
+        let write = |name: String| {
             let b = &b;
             let segments = &segments;
             async move {
@@ -263,23 +282,19 @@ async fn both_engines_recycle_the_files_of_removed_and_replaced_objects() {
                 std::fs::metadata(b.object_path(&key)).unwrap().ino()
             }
         };
-        let a = write("a").await;
+        let a = write(ka.clone()).await;
         assert_eq!(spares(), Vec::<u64>::new());
-        let removed = b.remove(&[ObjectKey::new("a").unwrap()]).await;
+        let removed = b.remove(&[ObjectKey::new(ka).unwrap()]).await;
         assert!(removed[0].is_ok(), "{removed:?}");
         assert_eq!(
             spares(),
             [a],
             "{engine:?}: the removed file waits as a spare"
         );
-        assert_eq!(
-            write("b").await,
-            a,
-            "{engine:?}: and carries the next write"
-        );
+        assert_eq!(write(kb).await, a, "{engine:?}: and carries the next write");
         assert_eq!(spares(), Vec::<u64>::new());
-        let replaced = write("c").await;
-        let c = write("c").await;
+        let replaced = write(kc.clone()).await;
+        let c = write(kc).await;
         assert_ne!(c, replaced);
         assert_eq!(
             spares(),
@@ -287,16 +302,16 @@ async fn both_engines_recycle_the_files_of_removed_and_replaced_objects() {
             "{engine:?}: the replaced file waits as a spare"
         );
         assert_eq!(
-            write("d").await,
+            write(kd).await,
             replaced,
             "{engine:?}: and carries the write after"
         );
     }
 }
 
-/// Someone cleans the root while the backend runs (every bucket dir and the spare dir
-/// removed): on both engines reads of what was there miss, and writes recreate what they
-/// need and go on (staging in temp files once the spare dir is gone).
+/// Someone cleans the root while the backend runs (every bucket dir, with the spares in
+/// them, and the spare dir removed): on both engines reads of what was there miss, and writes
+/// recreate what they need and go on (the pooled spares that went are replaced by new files).
 #[tokio::test]
 async fn a_cleaned_root_keeps_working_on_both_engines() {
     for engine in ENGINES {

@@ -8,7 +8,6 @@ use hicache_core::{MissReason, ReadOutcome};
 use super::{Next, OPEN_RETRIES, Op, Phase, Rename, Step, errno, os, pool};
 use crate::beneath;
 use crate::config::SyncMode;
-use crate::name::Name;
 use crate::protocol::{self, AfterRename, Stored};
 use crate::protocol::{OpKind, Outcome};
 use crate::root::{IoFailure, Root};
@@ -41,8 +40,8 @@ impl Op {
     }
 
     /// Whether a failed open may run again: a recycled spare that is gone or no longer a
-    /// plain file is replaced by a new one, a dir (or the spare dir) that went is recreated
-    /// (once each); a scoped lookup that raced a rename is tried a few times.
+    /// plain file is replaced by a new one, a bucket dir that went is recreated (once); a
+    /// scoped lookup that raced a rename is tried a few times.
     fn open_again(&mut self, root: &Root, r: i64) -> Result<bool, IoFailure> {
         let e = errno(r);
         if matches!(e, libc::EAGAIN | libc::EXDEV) && self.retries < OPEN_RETRIES {
@@ -51,7 +50,7 @@ impl Op {
         }
         if self.kind == OpKind::Write && self.spare.is_some() && !self.create {
             // Unlinked as a name (a link planted there is removed, never followed).
-            let _ = beneath::unlink(self.stage_dir(root), self.tmp.as_cstr());
+            let _ = beneath::unlink(self.stage_dir(), self.tmp.as_cstr());
             self.stage(root, false);
             return Ok(true);
         }
@@ -59,15 +58,12 @@ impl Op {
             return Ok(false);
         }
         self.restarted = true;
-        if self.kind == OpKind::Write && self.spare.is_some() {
-            // The spare dir went: the pool is lost and the write stages in a temp file.
-            if let Some(pool) = root.spares.as_ref() {
-                pool.lost_if_removed();
-            }
+        let renewed = self.renew_bucket(root)?;
+        if renewed && self.kind == OpKind::Write {
+            // A new file in the new dir.
             self.stage(root, false);
-            return Ok(true);
         }
-        self.renew_bucket(root)
+        Ok(renewed)
     }
 
     fn after_write(&mut self, root: &Root, iov: &[libc::iovec], r: impl Fn(Step) -> i64) -> Next {
@@ -136,11 +132,8 @@ impl Op {
 
     /// The staged file's path, for a message about it.
     fn staged_path(&self, root: &Root) -> std::path::PathBuf {
-        let tmp = String::from_utf8_lossy(self.tmp.as_bytes()).into_owned();
-        match (self.spare, root.spares.as_ref()) {
-            (Some(_), Some(pool)) => pool.path().join(tmp),
-            _ => root.dir.object_path(self.bucket_id, self.tmp.as_bytes()),
-        }
+        root.dir
+            .object_path(self.stage_bucket(), self.tmp.as_bytes())
     }
 
     fn fail_staged(&mut self, root: &Root, op: &'static str, error: io::Error) -> Next {
@@ -162,11 +155,7 @@ impl Op {
             }
             Rename::Plain => match result {
                 Ok(()) => AfterRename::Published,
-                // A spare lives outside the bucket dir: a bucket dir removed meanwhile is
-                // recreated. A temp file went with its dir, and the write fails.
-                Err(e) if e.kind() == io::ErrorKind::NotFound && self.spare.is_some() => {
-                    AfterRename::BucketGone
-                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => AfterRename::BucketGone,
                 Err(e) => AfterRename::Failed(e),
             },
         };
@@ -189,11 +178,16 @@ impl Op {
                 self.phase = Phase::Publish(Rename::Plain);
                 Next::Run
             }
+            // The staged file went with its bucket dir: the write starts over in a new one.
             AfterRename::BucketGone => match self.renewed {
                 false => match self.renew_bucket(root) {
                     Ok(true) => {
                         self.renewed = true;
-                        self.phase = Phase::Publish(Rename::Plain);
+                        self.staged = false;
+                        self.written = 0;
+                        self.rest.clear();
+                        self.stage(root, false);
+                        self.phase = Phase::Start;
                         Next::Run
                     }
                     Ok(false) => self.fail(root, "rename", os(-(libc::ENOENT as i64))),
@@ -222,13 +216,13 @@ impl Op {
         self.done(root, Ok(Outcome::Done))
     }
 
-    /// Keeps the file now under [`Op::tmp`] in the spare dir for a later write, or unlinks
-    /// it (only a regular file is kept: the name may have changed hands meanwhile).
+    /// Keeps the file now under [`Op::tmp`] as a spare for a later write, or unlinks it
+    /// (only a regular file is kept: the name may have changed hands meanwhile).
     fn recycle_tmp(&self, root: &Root) {
         if let (Some(id), Some(pool)) = (self.spare, root.spares.as_ref()) {
-            let found = beneath::stat(pool.fd(), self.tmp.as_cstr());
-            if !protocol::recycle(pool, id, found) {
-                let _ = beneath::unlink(pool.fd(), self.tmp.as_cstr());
+            let found = beneath::stat(self.stage_dir(), self.tmp.as_cstr());
+            if !protocol::recycle(pool, self.stage_bucket(), id, found) {
+                let _ = beneath::unlink(self.stage_dir(), self.tmp.as_cstr());
             }
         }
     }
@@ -297,10 +291,11 @@ impl Op {
         }
         let regular = u32::from(self.stx.stx_mode) & libc::S_IFMT == libc::S_IFREG;
         match pool(root) {
-            // Into the spare dir, to be recycled by a later write.
+            // To a spare name, to be recycled by a later write.
             Some(pool) if regular => {
                 let id = pool.fresh();
-                self.tmp = Name::spare(id);
+                self.tmp = pool.name(id);
+                self.stage = None;
                 self.spare = Some(id);
                 self.phase = Phase::MoveToSpare;
             }
@@ -312,7 +307,7 @@ impl Op {
 
     fn after_move_to_spare(&mut self, root: &Root, moved: i64) -> Next {
         if moved < 0 {
-            // The spare dir went, or the name did: unlink instead.
+            // The name went, or the rename failed: unlink instead.
             self.phase = Phase::Unlink;
             return Next::Run;
         }

@@ -9,7 +9,7 @@
 //! | write | `OpenStaged → Write → [DataSync] → Close → Publish(first) → [SyncDir]`; after a short write `Write(rest) → …` again from the open file; a stored key `Publish(Exchange) → [SyncDir]`; no `renameat2` flags `Publish(Plain) → [SyncDir]` |
 //! | read | `OpenObject → Read ⇒ Guard ⇒ Close` |
 //! | exists | `StatName` |
-//! | remove | `StatName`, then `MoveToSpare` (a regular file) or `Unlink`; without a spare dir `Unlink` |
+//! | remove | `StatName`, then `MoveToSpare` (a regular file) or `Unlink`; without a spare pool `Unlink` |
 //!
 //! A step that fails, or a `Write` that moves fewer bytes than asked, ends its phase: the
 //! steps after it report [`NOT_RUN`]. `⇒` marks steps after which the phase goes on anyway
@@ -86,7 +86,7 @@ pub(crate) enum Step {
     /// Stats the object's name without following a link; the executor puts the file type
     /// in [`Op::stx`]'s `stx_mode`.
     StatName,
-    /// Renames the object into the spare dir as [`Op::tmp`].
+    /// Renames the object to the spare name [`Op::tmp`] in its bucket dir.
     MoveToSpare,
     /// Unlinks the object's name (a link itself, never what it points to).
     Unlink,
@@ -139,7 +139,7 @@ enum Phase {
     WriteRest,
     /// Write: publish the staged file again, this way.
     Publish(Rename),
-    /// Remove: move the regular file into the spare dir.
+    /// Remove: rename the regular file to a spare name.
     MoveToSpare,
     /// Remove: unlink the name.
     Unlink,
@@ -164,10 +164,13 @@ pub(crate) struct Op {
     bucket_id: [u8; 2],
     bucket: Arc<OwnedFd>,
     name: Name,
-    /// The staged file: a spare in the root's spare dir (`spare` is its id), else a
-    /// temporary file in the bucket dir. For a removal, the spare the object moves to.
+    /// The staged file: a spare (`spare` is its id), else a temporary file in the bucket dir.
+    /// For a removal, the spare name the object moves to.
     tmp: Name,
     spare: Option<u64>,
+    /// The bucket dir the staged file lies in when it is not the object's: a spare taken
+    /// from another dir.
+    stage: Option<([u8; 2], Arc<OwnedFd>)>,
     /// Whether opening the staged file creates it (it is not a recycled spare).
     create: bool,
     /// How the write's first phase publishes.
@@ -199,7 +202,7 @@ pub(crate) struct Op {
 unsafe impl Send for Op {}
 
 fn pool(root: &Root) -> Option<&SparePool> {
-    root.spares.as_ref().filter(|p| !p.is_lost())
+    root.spares.as_ref()
 }
 
 fn os(r: i64) -> io::Error {
@@ -231,7 +234,7 @@ impl Op {
             path: root.dir.bucket_path(bucket),
             error,
         })?;
-        // A removal without a spare dir to recycle into just unlinks.
+        // A removal without a spare pool to recycle into just unlinks.
         let unlinks = kind == OpKind::Remove && pool(root).is_none();
         let mut op = Op {
             kind,
@@ -242,6 +245,7 @@ impl Op {
             name,
             tmp: Name::new(),
             spare: None,
+            stage: None,
             create: false,
             first: Rename::Plain,
             expected,
@@ -271,22 +275,44 @@ impl Op {
         Ok(op)
     }
 
-    /// Picks where a write stages its bytes: a recycled spare of the right size
-    /// (overwritten in place) when `recycled`, else a new spare, or (without a spare dir) a
-    /// new temp file.
+    /// Picks where a write stages its bytes, in the object's bucket dir: a recycled spare of
+    /// the right size (overwritten in place) when `recycled`, else a new spare, or (without a
+    /// spare pool) a new temp file.
     fn stage(&mut self, root: &Root, recycled: bool) {
         match pool(root) {
             Some(pool) => {
                 let taken = if recycled {
-                    pool.take(self.expected)
+                    pool.take(self.bucket_id, self.expected)
                 } else {
                     None
                 };
-                let (id, create) = match taken {
-                    Some(id) => (id, false),
-                    None => (pool.fresh(), true),
+                let (from, id, create) = match taken {
+                    Some((from, id)) => (from, id, false),
+                    None => (self.bucket_id, pool.fresh(), true),
                 };
-                self.tmp = Name::spare(id);
+                // A spare elsewhere whose dir cannot be opened goes back to the pool; the
+                // write makes a new file here.
+                self.stage = None;
+                let (id, create) = if from == self.bucket_id {
+                    (id, create)
+                } else {
+                    match root.dir.bucket(from) {
+                        Ok(fd) => {
+                            self.stage = Some((from, fd));
+                            (id, create)
+                        }
+                        Err(_) => {
+                            if !pool.give(from, id, self.expected) {
+                                tracing::debug!(
+                                    spare = id,
+                                    "a spare whose dir cannot be opened is left there"
+                                );
+                            }
+                            (pool.fresh(), true)
+                        }
+                    }
+                };
+                self.tmp = pool.name(id);
                 self.spare = Some(id);
                 self.create = create;
                 self.first = if pool.exchange.load(Ordering::Relaxed) {
@@ -297,6 +323,7 @@ impl Op {
             }
             None => {
                 self.tmp = Name::temp();
+                self.stage = None;
                 self.spare = None;
                 self.create = true;
                 self.first = Rename::Plain;
@@ -347,6 +374,19 @@ impl Op {
         self.bucket.as_fd()
     }
 
+    /// The dir [`Op::tmp`] lies in: the bucket dir, or another one holding a recycled spare.
+    pub(crate) fn stage_dir(&self) -> BorrowedFd<'_> {
+        match &self.stage {
+            Some((_, fd)) => fd.as_fd(),
+            None => self.bucket(),
+        }
+    }
+
+    /// The bucket dir [`Op::stage_dir`] names.
+    pub(crate) fn stage_bucket(&self) -> [u8; 2] {
+        self.stage.as_ref().map_or(self.bucket_id, |(b, _)| *b)
+    }
+
     /// The object's name.
     pub(crate) fn name(&self) -> &Name {
         &self.name
@@ -355,14 +395,6 @@ impl Op {
     /// The staged file's name (a write), or the spare a removal moves the object to.
     pub(crate) fn tmp(&self) -> &Name {
         &self.tmp
-    }
-
-    /// The dir [`Op::tmp`] lives in: the spare dir, or the bucket dir for a temp file.
-    pub(crate) fn stage_dir<'a>(&'a self, root: &'a Root) -> BorrowedFd<'a> {
-        match (self.spare, root.spares.as_ref()) {
-            (Some(_), Some(pool)) => pool.fd(),
-            _ => self.bucket(),
-        }
     }
 
     /// `open` flags of [`Step::OpenStaged`] and [`Step::OpenObject`] (the engines add
@@ -435,7 +467,7 @@ impl Op {
     /// published is removed.
     fn done(&mut self, root: &Root, result: Result<Outcome, IoFailure>) -> Next {
         if result.is_err() {
-            self.discard(root);
+            self.discard();
         }
         self.end(root);
         Next::Done(result)
@@ -444,7 +476,7 @@ impl Op {
     /// Gives the operation up midway (an engine that cannot queue its next phase): a
     /// staged file is removed and the read tracker left. The engine releases an open file.
     pub(crate) fn abandon(&mut self, root: &Root) {
-        self.discard(root);
+        self.discard();
         self.end(root);
     }
 
@@ -458,9 +490,9 @@ impl Op {
     }
 
     /// Removes a staged file that will not be published.
-    fn discard(&mut self, root: &Root) {
+    fn discard(&mut self) {
         if std::mem::take(&mut self.staged) {
-            let _ = beneath::unlink(self.stage_dir(root), self.tmp.as_cstr());
+            let _ = beneath::unlink(self.stage_dir(), self.tmp.as_cstr());
         }
     }
 

@@ -199,7 +199,7 @@ fn removals_recycle_regular_files_and_unlink_the_rest() {
     op.stx.stx_mode = libc::S_IFREG as u16;
     assert!(matches!(op.advance(&r, &[], &[0]), Next::Run));
     assert_eq!(op.steps().as_slice(), [MoveToSpare]);
-    // The spare dir refused it: unlinked instead.
+    // The rename to a spare name failed: unlinked instead.
     assert!(matches!(
         op.advance(&r, &[], &[err(libc::ENOENT)]),
         Next::Run
@@ -212,7 +212,7 @@ fn removals_recycle_regular_files_and_unlink_the_rest() {
     assert_eq!(op.steps().as_slice(), [Unlink]);
     let e = outcome(op.advance(&r, &[], &[err(libc::EACCES)])).unwrap_err();
     assert_eq!(e.op, "unlink");
-    // Without a spare dir a removal is one unlink.
+    // Without a spare pool a removal is one unlink.
     let plain = root(dir.path(), false);
     let op = Op::new(&plain, OpKind::Remove, SyncMode::None, *b"ab", b"k", 0).unwrap();
     assert_eq!(op.steps().as_slice(), [Unlink]);
