@@ -167,6 +167,14 @@ pub struct WriteItem<'a> {
     pub segments: &'a [Slice],
 }
 
+/// Checks one object where a read put it: the item's index in the batch and its segments'
+/// bytes, in order. `Err(reason)` makes the item a miss for that reason.
+///
+/// `IoSlice` so that a plugin can lend the `iovec`s it read into, as they are (on Unix the two
+/// have one layout), with no copy and no allocation per object.
+pub type ReadCheck<'a> =
+    dyn Fn(usize, &[std::io::IoSlice<'_>]) -> std::result::Result<(), MissReason> + Sync + 'a;
+
 /// One object to read: its bytes are scattered into `segments`, in order.
 #[derive(Clone, Copy, Debug)]
 pub struct ReadItem<'a> {
@@ -397,6 +405,9 @@ pub async fn list_all(
 ///   [`Error::SliceOutOfRange`](crate::Error::SliceOutOfRange) for that item; under direct
 ///   I/O a misaligned slice is [`Error::Misaligned`](crate::Error::Misaligned), never an EINVAL
 ///   from the kernel.
+/// - `read_checked` answers `None` (the default: nothing read, the caller reads and checks)
+///   or reads like `read` and has run the check on every item it reports as a `Hit`, with
+///   that item's bytes; a failed check is that item's `Miss(reason)`.
 /// - `exists` creates nothing; `remove` of a missing key is `Ok(())`.
 /// - An empty batch returns an empty vector and does no I/O.
 /// - `list` pages through complete objects whose names start with a prefix: across the
@@ -427,6 +438,22 @@ pub trait StorageBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Reads each object into its item's segments.
     async fn read(&self, batch: &[ReadItem<'_>]) -> Vec<Result<ReadOutcome>>;
+
+    /// Reads like [`read`](Self::read), and runs `check` on each object read whole, on the
+    /// thread that read it, right after (while its bytes are still in cache); a failed check
+    /// makes the item `Miss(reason)`. The connector passes its envelope verification here.
+    ///
+    /// `None`, the default: this backend does not check where it reads, nothing was read, and
+    /// the caller reads and checks itself. A backend that answers `Some` has called `check`
+    /// for every item that it reports as a `Hit`.
+    async fn read_checked(
+        &self,
+        batch: &[ReadItem<'_>],
+        check: &ReadCheck<'_>,
+    ) -> Option<Vec<Result<ReadOutcome>>> {
+        let _ = (batch, check);
+        None
+    }
 
     /// Whether each object exists (complete objects only).
     async fn exists(&self, keys: &[ObjectKey]) -> Vec<Result<bool>>;

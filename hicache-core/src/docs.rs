@@ -55,7 +55,11 @@ pub mod backend_design {}
 /// Objects carry an envelope (header, payload at an aligned offset, xxh3 checksum) unless
 /// `page_format = "raw"`; the connector writes and verifies it, so every plugin — file or
 /// object — gets torn/corrupt/foreign detection without writing it again. An invalid object
-/// reads as a miss with a reason and is counted in [`Stats`](crate::Stats).
+/// reads as a miss with a reason and is counted in [`Stats`](crate::Stats). A plugin that
+/// moves bytes on its own threads may run the connector's verification there, on each object
+/// right after reading it, by implementing
+/// [`StorageBackend::read_checked`](crate::raw::StorageBackend::read_checked) (POSIX's thread
+/// pool does); the others keep the default and the connector verifies after the call.
 pub mod transfer_modes {}
 
 /// # Memory: pins, cancellation and deregistration

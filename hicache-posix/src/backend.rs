@@ -7,8 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use hicache_core::raw::routing::{self, bucket_name};
 use hicache_core::raw::{
-    BackendInfo, BackendKind, Capability, ListCursor, ListPage, ObjectKey, ReadItem, RegionId,
-    RegionTable, Slice, StorageBackend, Usage, WriteItem,
+    BackendInfo, BackendKind, Capability, ListCursor, ListPage, ObjectKey, ReadCheck, ReadItem,
+    RegionId, RegionTable, Slice, StorageBackend, Usage, WriteItem,
 };
 use hicache_core::{Error, MemKind, MemoryRegion, ReadOutcome, RegionPath, Result};
 
@@ -587,6 +587,33 @@ impl StorageBackend for PosixBackend {
             Outcome::Read(r) => Some(r),
             _ => None,
         })
+    }
+
+    async fn read_checked(
+        &self,
+        batch: &[ReadItem<'_>],
+        check: &ReadCheck<'_>,
+    ) -> Option<Vec<Result<ReadOutcome>>> {
+        // The thread pool's own `preadv` into host memory only: a data path may move bytes
+        // where the host cannot look (GPU memory), and io_uring completes reads on one
+        // driver thread, where checks would queue.
+        match &self.engine {
+            Engine::Threads(t) if t.path().is_none() => {}
+            _ => return None,
+        }
+        let items: Vec<(&ObjectKey, &[Slice])> =
+            batch.iter().map(|i| (i.key, i.segments)).collect();
+        let mut plan = self.transfer_plan(OpKind::Read, &items);
+        // SAFETY: `check` outlives this call, and the plan's run ends before the call does:
+        // `run` completes when every item has ended, and dropping it waits for the items
+        // running and skips the rest.
+        unsafe { plan.check_reads(check) };
+        let plan = Arc::new(plan);
+        self.engine.run(plan.clone()).await;
+        Some(collect(&plan, |o| match o {
+            Outcome::Read(r) => Some(r),
+            _ => None,
+        }))
     }
 
     async fn exists(&self, keys: &[ObjectKey]) -> Vec<Result<bool>> {

@@ -4,8 +4,8 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use hicache_core::raw::{SourceSlice, TargetSlice};
-use hicache_core::{Error, Result};
+use hicache_core::raw::{ReadCheck, SourceSlice, TargetSlice};
+use hicache_core::{Error, ReadOutcome, Result};
 
 use crate::data_path::DataPath;
 use crate::io::{self, Progress, Running};
@@ -45,11 +45,14 @@ pub(crate) struct Plan {
     /// Pins on every range the iovecs point into: the memory stays alive, registered and
     /// reserved until the engine has ended every item and calls [`Plan::release`].
     pins: Mutex<Vec<Held>>,
+    /// What each object read whole is checked by, on the thread that read it (see
+    /// [`Plan::check_reads`]).
+    check: Option<*const ReadCheck<'static>>,
 }
 
 // SAFETY: the iovecs point into ranges pinned by `pins` until every item has ended (engines
-// release them only then, and no item starts afterwards); nothing else in Plan is
-// thread-bound.
+// release them only then, and no item starts afterwards); `check` is a `Sync` closure kept
+// alive by `check_reads`' caller while items run; nothing else in Plan is thread-bound.
 unsafe impl Send for Plan {}
 // SAFETY: as above; result slots are mutexes, written by the one thread running an item.
 unsafe impl Sync for Plan {}
@@ -75,6 +78,42 @@ impl Plan {
             results: Vec::with_capacity(items),
             cancelled: AtomicBool::new(false),
             pins: Mutex::new(Vec::with_capacity(items * 3)),
+            check: None,
+        }
+    }
+
+    /// Has every object this plan reads whole checked by `check` (item index, the bytes of
+    /// its iovecs) on the thread that read it; a failed check makes it a miss.
+    ///
+    /// # Safety
+    /// `check` must stay alive until the engine has ended the plan: until its run's future
+    /// completes, or until that future's drop returns (which waits for the items running and
+    /// skips the others, see [`crate::flight`]).
+    pub(crate) unsafe fn check_reads(&mut self, check: &ReadCheck<'_>) {
+        // SAFETY: only the lifetime is erased; the caller keeps `check` alive for as long as
+        // an engine thread can call it (above).
+        let erased: &ReadCheck<'static> = unsafe { std::mem::transmute(check) };
+        self.check = Some(erased as *const ReadCheck<'static>);
+    }
+
+    /// A read's result after its check: a hit whose bytes fail it becomes a miss.
+    fn checked(&self, i: usize, result: Result<Outcome>) -> Result<Outcome> {
+        let (Ok(Outcome::Read(ReadOutcome::Hit)), Some(check)) = (&result, self.check) else {
+            return result;
+        };
+        let iov = self.iov(i);
+        // SAFETY: `IoSlice` has `iovec`'s layout on Unix; these iovecs point into memory this
+        // plan pins as read targets, which this thread has just filled and nobody else writes
+        // while the pins last.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(iov.as_ptr().cast::<std::io::IoSlice<'_>>(), iov.len())
+        };
+        // SAFETY: `check_reads`' caller keeps the check alive while items run.
+        let check = unsafe { &*check };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(i, bytes))) {
+            Ok(Ok(())) => result,
+            Ok(Err(reason)) => Ok(Outcome::Read(ReadOutcome::Miss(reason))),
+            Err(_) => Err(Error::backend(self.plugin, "the read's check panicked")),
         }
     }
 
@@ -178,7 +217,8 @@ impl Plan {
         let result = self
             .begin(i, roots)
             .and_then(|op| io::run(root, op, self.iov(i), scratch, path));
-        self.set(i, result.map_err(|f| self.error(f)));
+        let result = self.checked(i, result.map_err(|f| self.error(f)));
+        self.set(i, result);
     }
 
     /// Runs items `items` together, in step: each runs its system calls until it needs its
@@ -212,7 +252,8 @@ impl Plan {
                 match r.drive(root, self.iov(*i), scratch, Some(path)) {
                     Progress::Transfer => true,
                     Progress::Done(result) => {
-                        self.set(*i, result.map_err(|f| self.error(f)));
+                        let result = self.checked(*i, result.map_err(|f| self.error(f)));
+                        self.set(*i, result);
                         false
                     }
                 }

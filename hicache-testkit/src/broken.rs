@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hicache_core::raw::{
-    BackendInfo, ListCursor, ListPage, Listed, ObjectKey, ReadItem, RegionId, RegionTable, Slice,
-    StorageBackend, TargetSlice, Usage, WriteItem,
+    BackendInfo, ListCursor, ListPage, Listed, ObjectKey, ReadCheck, ReadItem, RegionId,
+    RegionTable, Slice, StorageBackend, TargetSlice, Usage, WriteItem,
 };
 use hicache_core::{Error, MemKind, MemoryBackend, MemoryRegion, MissReason, ReadOutcome, Result};
 
@@ -92,6 +92,8 @@ pub enum Bug {
     WritesAfterDrop,
     /// A write dropped while pending still publishes, later, over newer writes.
     PublishesAfterDrop,
+    /// `read_checked` answers without running the check: its hits are never checked.
+    UncheckedReads,
 }
 
 impl Bug {
@@ -127,6 +129,7 @@ impl Bug {
         Bug::ListsRemovedObjects,
         Bug::WritesAfterDrop,
         Bug::PublishesAfterDrop,
+        Bug::UncheckedReads,
     ];
 }
 
@@ -452,6 +455,18 @@ impl StorageBackend for BrokenBackend {
         }
         let results = self.write_items(batch).await;
         self.bend(results)
+    }
+
+    async fn read_checked(
+        &self,
+        batch: &[ReadItem<'_>],
+        check: &ReadCheck<'_>,
+    ) -> Option<Vec<Result<ReadOutcome>>> {
+        let _ = check;
+        if self.bug == Bug::UncheckedReads {
+            return Some(self.read(batch).await);
+        }
+        None
     }
 
     async fn read(&self, batch: &[ReadItem<'_>]) -> Vec<Result<ReadOutcome>> {

@@ -183,19 +183,40 @@ impl HiCache {
                 segments: plan.segments_of(j),
             })
             .collect();
+        // Enveloped host pages are checked by the backend where it read them, if it can (on
+        // its I/O threads, the bytes still in cache); else here, after the whole chunk.
+        let check = |k: usize, bytes: &[std::io::IoSlice<'_>]| {
+            let object = live.get(k).map(|&j| &object_keys[j]);
+            let verdict = object.map_or(Err(MissReason::ChecksumMismatch), |o| {
+                st.verify_bytes(bytes, o)
+            });
+            if let (Err(reason), Some(key)) = (&verdict, object) {
+                tracing::warn!(%key, %reason, "stored object is invalid; treating it as a miss");
+            }
+            verdict
+        };
+        let checked = if st.format == PageFormat::Envelope && !st.device {
+            st.backend.read_checked(&items, &check).await
+        } else {
+            None
+        };
+        let verified = checked.is_some();
         let outcomes = one_per_item(
             st.backend.as_ref(),
             "read",
             items.len(),
-            st.backend.read(&items).await,
+            match checked {
+                Some(outcomes) => outcomes,
+                None => st.backend.read(&items).await,
+            },
         );
         // The objects read whole, verified (on two threads for a large chunk) before any
-        // page's verdict is set.
-        let mut hits = Vec::with_capacity(live.len());
+        // page's verdict is set, unless the backend checked them.
+        let mut hits = Vec::with_capacity(if verified { 0 } else { live.len() });
         hits.extend(
             live.iter()
                 .zip(&outcomes)
-                .filter(|(_, o)| matches!(o, Ok(ReadOutcome::Hit)))
+                .filter(|(_, o)| !verified && matches!(o, Ok(ReadOutcome::Hit)))
                 .map(|(&j, _)| j),
         );
         let verify = |&j: &usize| {
@@ -212,6 +233,7 @@ impl HiCache {
         for (&j, outcome) in live.iter().zip(outcomes) {
             let (i, _) = owners[j];
             let verdict = match outcome {
+                Ok(ReadOutcome::Hit) if verified => Ok(ReadOutcome::Hit),
                 Ok(ReadOutcome::Hit) => match verdicts.next() {
                     Some(Ok(())) => Ok(ReadOutcome::Hit),
                     Some(Err(reason)) => {

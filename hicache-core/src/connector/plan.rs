@@ -282,6 +282,71 @@ impl PoolState {
         }
     }
 
+    /// [`verify`](Self::verify) of an object given its bytes as it was read (header first,
+    /// then the payload), as a backend's [`read_checked`](StorageBackend::read_checked)
+    /// lends them.
+    pub(super) fn verify_bytes(
+        &self,
+        bytes: &[std::io::IoSlice<'_>],
+        object: &ObjectKey,
+    ) -> Result<(), MissReason> {
+        if self.format == PageFormat::Raw {
+            return Ok(());
+        }
+        // The header's fields: the first bytes, over as many pieces as they span.
+        let mut fields = [0u8; HEADER_FIELDS_LEN];
+        let mut got = 0;
+        for s in bytes {
+            let take = s.len().min(HEADER_FIELDS_LEN - got);
+            fields[got..got + take].copy_from_slice(&s[..take]);
+            got += take;
+            if got == HEADER_FIELDS_LEN {
+                break;
+            }
+        }
+        if got < HEADER_FIELDS_LEN {
+            return Err(MissReason::BadHeader {
+                detail: format!(
+                    "the object holds {got} bytes, fewer than a header's {HEADER_FIELDS_LEN}"
+                ),
+            });
+        }
+        let header = Header::decode(&fields)?;
+        header.check_identity(&self.expected_header(object, 0))?;
+        if self.device || !header.has_checksum() {
+            return Ok(());
+        }
+        // The payload: `payload_len` bytes after the header's `header_len`, over the segments
+        // (an object padded to the direct-I/O alignment ends in bytes no checksum covers).
+        let mut hasher = envelope::PayloadHasher::default();
+        let mut skip = self.header_len as usize;
+        let mut left = self.payload_len as usize;
+        for s in bytes {
+            let s: &[u8] = s;
+            if skip >= s.len() {
+                skip -= s.len();
+                continue;
+            }
+            let take = (s.len() - skip).min(left);
+            hasher.update(&s[skip..skip + take]);
+            left -= take;
+            skip = 0;
+            if left == 0 {
+                break;
+            }
+        }
+        if left > 0 {
+            return Err(MissReason::SizeMismatch {
+                expected: self.header_len + self.payload_len,
+                found: bytes.iter().map(|s| s.len() as u64).sum(),
+            });
+        }
+        if hasher.finish() != header.checksum {
+            return Err(MissReason::ChecksumMismatch);
+        }
+        Ok(())
+    }
+
     /// Checks a read object: header identity and payload checksum (envelope), or nothing more
     /// than the length the backend already checked (raw).
     pub(super) fn verify(

@@ -9,6 +9,7 @@ use hicache_core::{
 
 mod blocking;
 mod calls;
+mod checked;
 mod data;
 mod identity;
 mod inputs;

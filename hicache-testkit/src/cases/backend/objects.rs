@@ -77,6 +77,66 @@ pub async fn backend_multi_segment_gather_scatter(env: &TrialEnv) -> CaseResult 
     Ok(())
 }
 
+/// `read_checked`, where the backend does it, runs the check on every object it reads whole,
+/// with that object's bytes and index, and a failed check is that item's miss (the
+/// connector's envelope verification depends on it).
+pub async fn backend_read_checked_checks_every_hit(env: &TrialEnv) -> CaseResult {
+    let b = env.backend()?;
+    let n = block(env);
+    let buf = buffer(env, &b, 7 * n)?;
+    let data: Vec<Vec<u8>> = (0..3).map(|i| pattern(n as usize, 40 + i)).collect();
+    let keys: Vec<ObjectKey> = (0..4).map(|i| key(env, &format!("chk{i}"))).collect();
+    for (i, d) in data.iter().enumerate() {
+        buf.fill(i as u64 * n, d)?;
+        put(&b, &keys[i], &[buf.slice(i as u64 * n, n)]).await?;
+    }
+    // Objects 0..3 exist, 3 does not; the check refuses object 1.
+    let targets: Vec<[Slice; 1]> = (0..4).map(|i| [buf.slice((3 + i) * n, n)]).collect();
+    let items: Vec<ReadItem<'_>> = keys
+        .iter()
+        .zip(&targets)
+        .map(|(key, segments)| ReadItem { key, segments })
+        .collect();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let check = |i: usize, bytes: &[std::io::IoSlice<'_>]| {
+        let whole: Vec<u8> = bytes.iter().flat_map(|s| s.iter().copied()).collect();
+        seen.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((i, whole));
+        if i == 1 {
+            Err(MissReason::ChecksumMismatch)
+        } else {
+            Ok(())
+        }
+    };
+    let Some(results) = b.read_checked(&items, &check).await else {
+        return skip("the backend does not check where it reads (read_checked answers None)");
+    };
+    ensure_eq!(results.len(), 4, "one result per item");
+    let outcomes: Vec<_> = results
+        .into_iter()
+        .map(|r| r.map_err(|e| e.to_string()))
+        .collect();
+    ensure_eq!(
+        outcomes,
+        vec![
+            Ok(ReadOutcome::Hit),
+            Ok(ReadOutcome::Miss(MissReason::ChecksumMismatch)),
+            Ok(ReadOutcome::Hit),
+            Ok(ReadOutcome::Miss(MissReason::NotFound)),
+        ]
+    );
+    let mut seen = seen.into_inner().unwrap_or_else(|e| e.into_inner());
+    seen.sort();
+    let expected: Vec<(usize, Vec<u8>)> = data.into_iter().enumerate().collect();
+    ensure!(
+        seen == expected,
+        "the check saw items {:?}; it must see each object read whole, once, with its bytes",
+        seen.iter().map(|(i, b)| (*i, b.len())).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
 /// A missing object is a miss, not an error.
 pub async fn backend_read_missing_is_not_found(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
