@@ -6,14 +6,14 @@ use std::io::IoSlice;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::{connector, fill, keys, mha, page_bytes};
+use crate::{connector, fill, keys, mha, page_bytes, unaligned_spans};
 use hicache_core::raw::{
     BackendInfo, ObjectKey, ReadCheck, ReadItem, RegionId, RegionTable, StorageBackend, Usage,
     WriteItem,
 };
 use hicache_core::{
-    AttentionKind, Dtype, HostSlots, Layout, MemoryBackend, MemoryRegion, MissReason, MmapPool,
-    PoolGeometry, ReadOutcome, StorageIdentity, TransferMode,
+    HostSlots, Layout, MemoryBackend, MemoryRegion, MissReason, MmapPool, ReadOutcome,
+    StorageIdentity, TransferMode,
 };
 
 /// The reference backend, checking its reads itself: each object's bytes are lent to the
@@ -96,19 +96,8 @@ impl StorageBackend for Checking {
 #[tokio::test]
 async fn verdicts_do_not_depend_on_how_the_bytes_are_lent() {
     // Zero-copy (header in staging, payload in the pool) and bounce under 4096-byte
-    // alignment (header, payload and padding in one staging slot): spans of 2880 bytes.
-    let g = PoolGeometry::new(
-        AttentionKind::Mha {
-            kv_heads: 2,
-            head_dim: 60,
-        },
-        4,
-        Dtype::Bf16,
-        3,
-        Layout::PageFirst,
-        4,
-    )
-    .unwrap();
+    // alignment (header, payload and padding in one staging slot).
+    let g = unaligned_spans();
     for (align, mode) in [(1u64, TransferMode::ZeroCopy), (4096, TransferMode::Bounce)] {
         for piece in [1, 7, 64, 4096, usize::MAX] {
             let backend = Arc::new(Checking::new(align, piece, false));

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use crate::{PAGES, connector, fill, keys, mha, mla, page_bytes, snapshot};
+use crate::{PAGES, connector, fill, keys, mha, mla, page_bytes, snapshot, unaligned_spans};
 use hicache_core::raw::Capability;
 use hicache_core::raw::envelope::Header;
 use hicache_core::{
-    AnchorPool, AttentionKind, ConfigLoader, Dtype, HiCache, HiCacheOptions, HostPool, HostSlots,
-    Layout, MemoryBackend, MissReason, MmapPool, NamingScheme, PoolGeometry, ReadOutcome,
-    SetOutcome, StorageIdentity, TransferMode, decide_mode,
+    AnchorPool, ConfigLoader, HiCache, HiCacheOptions, HostPool, HostSlots, Layout, MemoryBackend,
+    MissReason, MmapPool, NamingScheme, ReadOutcome, SetOutcome, StorageIdentity, TransferMode,
+    decide_mode,
 };
 
 #[tokio::test]
@@ -295,19 +295,7 @@ async fn batches_larger_than_staging_are_chunked() {
 async fn enveloped_objects_are_identical_across_modes() {
     // The same page written zero-copy and through bounce produces the same header fields and
     // payload; only the header's padding follows the backend's alignment.
-    // Spans of 2880 bytes: zero-copy where anything goes, bounce under 4096-byte alignment.
-    let g = PoolGeometry::new(
-        AttentionKind::Mha {
-            kv_heads: 2,
-            head_dim: 60,
-        },
-        4,
-        Dtype::Bf16,
-        3,
-        Layout::PageFirst,
-        4,
-    )
-    .unwrap();
+    let g = unaligned_spans();
     let mut objects = Vec::new();
     for (align, mode) in [(1u64, TransferMode::ZeroCopy), (4096, TransferMode::Bounce)] {
         let backend = Arc::new(MemoryBackend::with_alignment(align));

@@ -44,6 +44,23 @@ fn mla(layout: Layout, page_tokens: u64) -> PoolGeometry {
     .unwrap()
 }
 
+/// Four pages whose spans are 2880 bytes: zero-copy where anything goes, bounce under
+/// 4096-byte alignment.
+fn unaligned_spans() -> PoolGeometry {
+    PoolGeometry::new(
+        AttentionKind::Mha {
+            kv_heads: 2,
+            head_dim: 60,
+        },
+        4,
+        Dtype::Bf16,
+        3,
+        Layout::PageFirst,
+        4,
+    )
+    .unwrap()
+}
+
 fn keys(prefix: &str, n: usize) -> Vec<PageKey> {
     (0..n)
         .map(|i| PageKey::new(format!("{prefix}{i:060}")).unwrap())

@@ -364,3 +364,56 @@ async fn a_cleaned_root_keeps_working_on_both_engines() {
         }
     }
 }
+
+/// `read_checked`: the thread pool runs the check on each object it read whole (a panicking
+/// check fails its item only, and the engine lives on); io_uring leaves checks to the caller.
+#[tokio::test]
+async fn the_thread_pool_checks_reads_where_they_land() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let b = backend_with(dir.path(), false, engine);
+        let buf = MemoryRegion::from_aligned(AlignedBuf::zeroed(4 * 4096, 4096).unwrap());
+        let id = b.register(buf).unwrap();
+        let ks: Vec<ObjectKey> = (0..3)
+            .map(|i| ObjectKey::new(format!("chk{i}")).unwrap())
+            .collect();
+        for k in &ks[..2] {
+            write_4k(&b, id, k).await;
+        }
+        let into: Vec<[Slice; 1]> = (1..4).map(|i| [Slice::new(id, i * 4096, 4096)]).collect();
+        let items: Vec<ReadItem<'_>> = ks
+            .iter()
+            .zip(&into)
+            .map(|(key, segments)| ReadItem { key, segments })
+            .collect();
+        let panicking = |i: usize, bytes: &[std::io::IoSlice<'_>]| {
+            assert_eq!(bytes.iter().map(|s| s.len()).sum::<usize>(), 4096);
+            if i == 0 {
+                panic!("a check that panics");
+            }
+            Ok(())
+        };
+        let Some(got) = b.read_checked(&items, &panicking).await else {
+            assert_eq!(
+                engine,
+                EngineChoice::Uring,
+                "the thread pool checks its reads"
+            );
+            continue;
+        };
+        assert_eq!(engine, EngineChoice::Threads);
+        assert!(got[0].is_err(), "{got:?}");
+        assert_eq!(got[1].as_ref().unwrap(), &ReadOutcome::Hit);
+        assert_eq!(
+            got[2].as_ref().unwrap(),
+            &ReadOutcome::Miss(MissReason::NotFound)
+        );
+        // The engine still serves reads after the panic.
+        let refuse = |_: usize, _: &[std::io::IoSlice<'_>]| Err(MissReason::ChecksumMismatch);
+        let again = b.read_checked(&items[1..2], &refuse).await.unwrap();
+        assert_eq!(
+            again[0].as_ref().unwrap(),
+            &ReadOutcome::Miss(MissReason::ChecksumMismatch)
+        );
+    }
+}
