@@ -384,3 +384,30 @@ fn a_removed_tree_is_recreated_under_a_running_root() {
         }
     }
 }
+
+/// Spare names sit in shared bucket dirs and their ids are sequential, so another process
+/// can take the next one first: the write picks another name and leaves what is there
+/// alone (a link is not followed).
+#[test]
+fn a_taken_spare_name_is_skipped_and_left_alone() {
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let r = recycling_root(dir.path());
+    let pool = r.spares.as_ref().unwrap();
+    std::fs::create_dir_all(dir.path().join("ab")).unwrap();
+    let planted = |id: u64| {
+        dir.path()
+            .join("ab")
+            .join(String::from_utf8(pool.name(id).as_bytes().to_vec()).unwrap())
+    };
+    std::fs::write(planted(0), b"someone else's").unwrap();
+    symlink(&victim, planted(1)).unwrap();
+    let mut a = vec![6u8; 100];
+    write_object(&r, *b"ab", b"k", &[iov(&mut a)], NoSync).unwrap();
+    assert_eq!(std::fs::read(dir.path().join("ab/k")).unwrap(), a);
+    assert_eq!(std::fs::read(planted(0)).unwrap(), b"someone else's");
+    assert!(planted(1).is_symlink());
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+}

@@ -40,8 +40,9 @@ impl Op {
     }
 
     /// Whether a failed open may run again: a recycled spare that is gone or no longer a
-    /// plain file is replaced by a new one, a bucket dir that went is recreated (once); a
-    /// scoped lookup that raced a rename is tried a few times.
+    /// plain file is replaced by a new one, a new spare whose name is taken gets another
+    /// (a few times), a bucket dir that went is recreated (once); a scoped lookup that raced
+    /// a rename is tried a few times.
     fn open_again(&mut self, root: &Root, r: i64) -> Result<bool, IoFailure> {
         let e = errno(r);
         if matches!(e, libc::EAGAIN | libc::EXDEV) && self.retries < OPEN_RETRIES {
@@ -51,6 +52,17 @@ impl Op {
         if self.kind == OpKind::Write && self.spare.is_some() && !self.create {
             // Unlinked as a name (a link planted there is removed, never followed).
             let _ = beneath::unlink(self.stage_dir(), self.tmp.as_cstr());
+            self.stage(root, false);
+            return Ok(true);
+        }
+        if self.kind == OpKind::Write
+            && self.spare.is_some()
+            && e == libc::EEXIST
+            && self.retries < OPEN_RETRIES
+        {
+            // A new spare's name is taken (spare names sit in shared bucket dirs and their
+            // ids are sequential): another id; what is there is left alone.
+            self.retries += 1;
             self.stage(root, false);
             return Ok(true);
         }
