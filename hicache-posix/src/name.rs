@@ -24,12 +24,14 @@ pub(crate) fn spare_tag(name: &[u8]) -> Option<&[u8]> {
     let rest = name.strip_prefix(SPARE_PREFIX)?;
     let (tag, id) = (rest.get(..SPARE_TAG_LEN)?, rest.get(SPARE_TAG_LEN..)?);
     let id = id.strip_prefix(b"-")?;
-    let hex = |b: &[u8]| {
-        !b.is_empty()
-            && b.iter()
-                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
-    };
-    (hex(tag) && hex(id) && id.len() <= 16).then_some(tag)
+    (is_lower_hex(tag) && is_lower_hex(id) && id.len() <= 16).then_some(tag)
+}
+
+/// Whether `b` is lowercase hex digits (as tags and ids are written), and not empty.
+pub(crate) fn is_lower_hex(b: &[u8]) -> bool {
+    !b.is_empty()
+        && b.iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
 }
 
 /// Room for one name component and its NUL (Linux NAME_MAX is 255).

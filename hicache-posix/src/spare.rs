@@ -306,7 +306,7 @@ fn sweep(root: BorrowedFd<'_>, tag: &[u8]) {
 /// The tag at the end of a spare dir's name `<label>-<tag>`, if it has one.
 fn dir_tag(name: &str) -> Option<&[u8]> {
     let (_, tag) = name.rsplit_once('-')?;
-    (tag.len() == SPARE_TAG_LEN && tag.bytes().all(|c| c.is_ascii_hexdigit()))
+    (tag.len() == SPARE_TAG_LEN && crate::name::is_lower_hex(tag.as_bytes()))
         .then_some(tag.as_bytes())
 }
 
@@ -513,6 +513,11 @@ mod tests {
         }
         assert_eq!(dir_tag("host-1234abcd-77-0123456789abcdef"), Some(&tag[..]));
         assert_eq!(dir_tag("123-abc"), None);
+        assert_eq!(
+            dir_tag("host-1234abcd-77-0123456789ABCDEF"),
+            None,
+            "tags are lowercase"
+        );
     }
 
     fn top(dir: &std::path::Path) -> std::path::PathBuf {

@@ -246,3 +246,39 @@ fn sync_modes_add_their_flushes() {
     assert_eq!(e.op, "fsync bucket dir");
     assert_eq!(r.flushed.get(), (1, 0));
 }
+
+#[test]
+fn a_write_whose_bucket_dir_went_starts_over_in_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = root(dir.path(), true);
+    let mut a = [1u8; 8];
+    let iov = [libc::iovec {
+        iov_base: a.as_mut_ptr().cast(),
+        iov_len: 8,
+    }];
+    // The staged spare lies in the bucket dir: with the dir gone, the publish finds nothing.
+    let mut op = write(&r, &iov);
+    let staged = op.tmp().as_bytes().to_vec();
+    std::fs::remove_dir_all(dir.path().join("ab")).unwrap();
+    assert!(matches!(
+        op.advance(&r, &iov, &[0, 8, 0, err(libc::ENOENT)]),
+        Next::Run
+    ));
+    assert!(
+        dir.path().join("ab").is_dir(),
+        "the bucket dir is recreated"
+    );
+    assert_eq!(
+        op.steps().as_slice(),
+        [OpenStaged, Write, Close, Publish(Rename::NoReplace)],
+        "the whole write runs again"
+    );
+    assert_eq!(op.written(), 0);
+    assert_ne!(op.tmp().as_bytes(), staged, "under a new spare name");
+    // Once only: the same again fails the write.
+    assert!(outcome(op.advance(&r, &iov, &[0, 8, 0, err(libc::ENOENT)])).is_err());
+    // A bucket dir that is still there: the staged file itself went, and the write fails.
+    let mut op = write(&r, &iov);
+    let e = outcome(op.advance(&r, &iov, &[0, 8, 0, err(libc::ENOENT)])).unwrap_err();
+    assert_eq!(e.op, "rename");
+}
