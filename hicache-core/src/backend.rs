@@ -175,6 +175,16 @@ pub struct WriteItem<'a> {
 pub type ReadCheck<'a> =
     dyn Fn(usize, &[std::io::IoSlice<'_>]) -> std::result::Result<(), MissReason> + Sync + 'a;
 
+/// Completes one object just before a write sends it: the item's index in the batch, its
+/// payload (the bytes of every segment after the first, in order), and a copy of its first
+/// segment to fill in (its header). `Err` fails the item, and nothing of it is written.
+///
+/// The header is filled from the payload on the thread that is about to write it, so the
+/// payload's bytes are still in cache when the write copies them: the connector checksums
+/// enveloped pages here.
+pub type WriteSeal<'a> =
+    dyn Fn(usize, &[std::io::IoSlice<'_>], &mut [u8]) -> crate::error::Result<()> + Sync + 'a;
+
 /// One object to read: its bytes are scattered into `segments`, in order.
 #[derive(Clone, Copy, Debug)]
 pub struct ReadItem<'a> {
@@ -435,6 +445,25 @@ pub trait StorageBackend: Send + Sync + fmt::Debug + 'static {
 
     /// Writes each item's segments as one object.
     async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>>;
+
+    /// Writes like [`write`](Self::write), but each item's first segment is a header that
+    /// `seal` fills in first: for each item, on the thread that will write it, the backend
+    /// copies the first segment, calls `seal` with the item's index, its other segments'
+    /// bytes and the copy, and writes the filled copy in the first segment's place (the
+    /// first segment's own memory is only read). An `Err` from `seal` is the item's error,
+    /// and the item is not written.
+    ///
+    /// `None`, the default: this backend does not seal, nothing was written, and the caller
+    /// completes its headers itself and calls `write`. A backend that answers `Some` has
+    /// called `seal` exactly once for every item it reports written.
+    async fn write_sealed(
+        &self,
+        batch: &[WriteItem<'_>],
+        seal: &WriteSeal<'_>,
+    ) -> Option<Vec<Result<()>>> {
+        let _ = (batch, seal);
+        None
+    }
 
     /// Reads each object into its item's segments.
     async fn read(&self, batch: &[ReadItem<'_>]) -> Vec<Result<ReadOutcome>>;

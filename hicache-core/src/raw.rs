@@ -10,7 +10,7 @@
 
 pub use crate::backend::{
     BackendInfo, BackendKind, Capability, DynBackend, ListCursor, ListPage, ListWalk, Listed,
-    ReadCheck, ReadItem, StorageBackend, Usage, WriteItem, list_all,
+    ReadCheck, ReadItem, StorageBackend, Usage, WriteItem, WriteSeal, list_all,
 };
 pub use crate::error::SharedSource;
 pub use crate::key::{MAX_OBJECT_KEY_LEN, MAX_PAGE_KEY_LEN, Namespace, ObjectKey};

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use hicache_core::raw::routing::{self, bucket_name};
 use hicache_core::raw::{
     BackendInfo, BackendKind, Capability, ListCursor, ListPage, ObjectKey, ReadCheck, ReadItem,
-    RegionId, RegionTable, Slice, StorageBackend, Usage, WriteItem,
+    RegionId, RegionTable, Slice, StorageBackend, Usage, WriteItem, WriteSeal,
 };
 use hicache_core::{Error, MemKind, MemoryRegion, ReadOutcome, RegionPath, Result};
 
@@ -576,6 +576,32 @@ impl StorageBackend for PosixBackend {
             Outcome::Done => Some(()),
             _ => None,
         })
+    }
+
+    async fn write_sealed(
+        &self,
+        batch: &[WriteItem<'_>],
+        seal: &WriteSeal<'_>,
+    ) -> Option<Vec<Result<()>>> {
+        // The thread pool's own `pwritev` from host memory only, as for `read_checked`: a
+        // data path may write from memory the host cannot read (GPU memory), and io_uring
+        // would seal on its one driver thread.
+        match &self.engine {
+            Engine::Threads(t) if t.path().is_none() => {}
+            _ => return None,
+        }
+        let items: Vec<(&ObjectKey, &[Slice])> =
+            batch.iter().map(|i| (i.key, i.segments)).collect();
+        let mut plan = self.transfer_plan(OpKind::Write, &items);
+        // SAFETY: as in `read_checked`: `seal` outlives this call, and the plan's run ends
+        // before the call does.
+        unsafe { plan.seal_writes(seal) };
+        let plan = Arc::new(plan);
+        self.engine.run(plan.clone()).await;
+        Some(collect(&plan, |o| match o {
+            Outcome::Done => Some(()),
+            _ => None,
+        }))
     }
 
     async fn read(&self, batch: &[ReadItem<'_>]) -> Vec<Result<ReadOutcome>> {

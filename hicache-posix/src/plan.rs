@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use hicache_core::raw::{ReadCheck, SourceSlice, TargetSlice};
+use hicache_core::raw::{ReadCheck, SourceSlice, TargetSlice, WriteSeal};
 use hicache_core::{Error, ReadOutcome, Result};
 
 use crate::data_path::DataPath;
@@ -48,11 +48,15 @@ pub(crate) struct Plan {
     /// What each object read whole is checked by, on the thread that read it (see
     /// [`Plan::check_reads`]).
     check: Option<*const ReadCheck<'static>>,
+    /// What completes each written object's first segment, on the thread that writes it
+    /// (see [`Plan::seal_writes`]).
+    seal: Option<*const WriteSeal<'static>>,
 }
 
 // SAFETY: the iovecs point into ranges pinned by `pins` until every item has ended (engines
 // release them only then, and no item starts afterwards); `check` is a `Sync` closure kept
-// alive by `check_reads`' caller while items run; nothing else in Plan is thread-bound.
+// alive by `check_reads`' caller while items run, and `seal` by `seal_writes`' caller;
+// nothing else in Plan is thread-bound.
 unsafe impl Send for Plan {}
 // SAFETY: as above; result slots are mutexes, written by the one thread running an item.
 unsafe impl Sync for Plan {}
@@ -79,6 +83,7 @@ impl Plan {
             cancelled: AtomicBool::new(false),
             pins: Mutex::new(Vec::with_capacity(items * 3)),
             check: None,
+            seal: None,
         }
     }
 
@@ -94,6 +99,20 @@ impl Plan {
         // an engine thread can call it (above).
         let erased: &ReadCheck<'static> = unsafe { std::mem::transmute(check) };
         self.check = Some(erased as *const ReadCheck<'static>);
+    }
+
+    /// Has every object this plan writes sealed by `seal` (item index, the bytes of its
+    /// iovecs after the first, a copy of the first to fill in) on the thread that writes it,
+    /// just before; the filled copy is written in the first iovec's place.
+    ///
+    /// # Safety
+    /// As for [`Plan::check_reads`]: `seal` must stay alive until the engine has ended the
+    /// plan.
+    pub(crate) unsafe fn seal_writes(&mut self, seal: &WriteSeal<'_>) {
+        // SAFETY: only the lifetime is erased; the caller keeps `seal` alive for as long as
+        // an engine thread can call it (above).
+        let erased: &WriteSeal<'static> = unsafe { std::mem::transmute(seal) };
+        self.seal = Some(erased as *const WriteSeal<'static>);
     }
 
     /// A read's result after its check: a hit whose bytes fail it becomes a miss.
@@ -203,7 +222,7 @@ impl Plan {
         &self,
         i: usize,
         roots: &[Root],
-        scratch: &mut io::ReadScratch,
+        scratch: &mut io::Scratch,
         path: Option<&dyn DataPath>,
     ) {
         if !self.prepared[i] {
@@ -214,11 +233,43 @@ impl Plan {
             return;
         }
         let root = &roots[self.routes[i].0];
-        let result = self
-            .begin(i, roots)
-            .and_then(|op| io::run(root, op, self.iov(i), scratch, path));
-        let result = self.checked(i, result.map_err(|f| self.error(f)));
+        let result = match (self.kind, self.seal) {
+            (OpKind::Write, Some(seal)) => self.run_sealed(i, root, roots, scratch, path, seal),
+            _ => self
+                .begin(i, roots)
+                .and_then(|op| io::run(root, op, self.iov(i), scratch, path))
+                .map_err(|f| self.error(f)),
+        };
+        let result = self.checked(i, result);
         self.set(i, result);
+    }
+
+    /// Item `i`, a write, with its first iovec replaced by the copy `seal` completed.
+    fn run_sealed(
+        &self,
+        i: usize,
+        root: &Root,
+        roots: &[Root],
+        scratch: &mut io::Scratch,
+        path: Option<&dyn DataPath>,
+        seal: *const WriteSeal<'static>,
+    ) -> Result<Outcome> {
+        // SAFETY: `seal_writes`' caller keeps the seal alive while items run.
+        let seal = unsafe { &*seal };
+        let fill = |payload: &[std::io::IoSlice<'_>], header: &mut [u8]| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| seal(i, payload, header)))
+                .unwrap_or_else(|_| Err(Error::backend(self.plugin, "the write's seal panicked")))
+        };
+        // SAFETY: item `i`'s iovecs point into memory this plan pins as write sources: it
+        // stays alive and nobody writes it while the pins last, which is past this item.
+        let sealed = unsafe {
+            scratch.seal(self.iov(i), fill, |iov, scratch| {
+                self.begin(i, roots)
+                    .and_then(|op| io::run(root, op, iov, scratch, path))
+                    .map_err(|f| self.error(f))
+            })
+        };
+        sealed.and_then(|r| r)
     }
 
     /// Runs items `items` together, in step: each runs its system calls until it needs its
@@ -228,7 +279,7 @@ impl Plan {
         &self,
         items: std::ops::Range<usize>,
         roots: &[Root],
-        scratch: &mut io::ReadScratch,
+        scratch: &mut io::Scratch,
         path: &dyn DataPath,
     ) {
         let mut running: Vec<(usize, Running)> = Vec::with_capacity(items.len());

@@ -13,7 +13,7 @@ use crossbeam_channel::Sender;
 
 use crate::data_path::DataPath;
 use crate::flight::Completion;
-use crate::io::ReadScratch;
+use crate::io::Scratch;
 use crate::plan::Plan;
 use crate::root::Root;
 
@@ -29,7 +29,7 @@ struct Batch {
 impl Batch {
     /// Takes items until none is left: one at a time, or with a batching data path as many
     /// as it takes in one call, run together.
-    fn work(&self, roots: &[Root], scratch: &mut ReadScratch, path: Option<&dyn DataPath>) {
+    fn work(&self, roots: &[Root], scratch: &mut Scratch, path: Option<&dyn DataPath>) {
         let together = self.chunk;
         loop {
             let start = self.next.fetch_add(together, Ordering::Relaxed);
@@ -105,7 +105,7 @@ impl ThreadEngine {
         let workers = (0..threads.max(1))
             .map(|n| {
                 let (rx, roots, path) = (rx.clone(), roots.clone(), path.clone());
-                let mut scratch = ReadScratch::new(align)?;
+                let mut scratch = Scratch::new(align)?;
                 std::thread::Builder::new()
                     .name(format!("hicache-io-{n}"))
                     .spawn(move || {

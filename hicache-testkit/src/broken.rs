@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hicache_core::raw::{
     BackendInfo, ListCursor, ListPage, Listed, ObjectKey, ReadCheck, ReadItem, RegionId,
-    RegionTable, Slice, StorageBackend, TargetSlice, Usage, WriteItem,
+    RegionTable, Slice, StorageBackend, TargetSlice, Usage, WriteItem, WriteSeal,
 };
 use hicache_core::{Error, MemKind, MemoryBackend, MemoryRegion, MissReason, ReadOutcome, Result};
 
@@ -94,6 +94,9 @@ pub enum Bug {
     PublishesAfterDrop,
     /// `read_checked` answers without running the check: its hits are never checked.
     UncheckedReads,
+    /// `write_sealed` answers without running the seal: objects are stored with their first
+    /// segment as staged.
+    UnsealedWrites,
 }
 
 impl Bug {
@@ -130,6 +133,7 @@ impl Bug {
         Bug::WritesAfterDrop,
         Bug::PublishesAfterDrop,
         Bug::UncheckedReads,
+        Bug::UnsealedWrites,
     ];
 }
 
@@ -455,6 +459,18 @@ impl StorageBackend for BrokenBackend {
         }
         let results = self.write_items(batch).await;
         self.bend(results)
+    }
+
+    async fn write_sealed(
+        &self,
+        batch: &[WriteItem<'_>],
+        seal: &WriteSeal<'_>,
+    ) -> Option<Vec<Result<()>>> {
+        let _ = seal;
+        if self.bug == Bug::UnsealedWrites {
+            return Some(self.write(batch).await);
+        }
+        None
     }
 
     async fn read_checked(

@@ -52,29 +52,16 @@ impl HiCache {
         };
         let chunk = lease.as_ref().map(|l| l.chunk());
         let slot_len = st.write_staging.as_ref().map_or(0, StagingPool::slot_len);
-        // Zero-copy envelopes checksum the pool's spans: on two threads for a large chunk.
-        let sums =
-            (st.mode == TransferMode::ZeroCopy && st.format == PageFormat::Envelope && !st.device)
-                .then(|| {
-                    // Sized up front: growing by doubling would allocate more as calls grow.
-                    let mut parts = Vec::with_capacity(pages.len() * st.parts.len());
-                    for &page in pages {
-                        parts.extend((0..st.parts.len()).map(|p| (page, p)));
-                    }
-                    split_over_two_threads(&parts, st.payload_len, |&(page, p)| {
-                        st.pool_checksum(page, &st.parts[p])
-                    })
-                });
-        let nparts = st.parts.len();
-        let mut plan = st.plan_chunk(
-            keys,
-            pages,
-            slot_len,
-            |(i, p), off, page, part, object, segs| {
-                let sum = sums.as_ref().and_then(|s| s.get(i * nparts + p));
-                st.stage_write(chunk, off, page, part, object, segs, sum)
-            },
-        );
+        // Zero-copy envelopes checksum the pool's spans. A backend that seals does it on the
+        // thread that writes each object (its bytes are then still in cache for the write);
+        // the headers are staged without their checksum until then.
+        let sealed =
+            st.mode == TransferMode::ZeroCopy && st.format == PageFormat::Envelope && !st.device;
+        let unsummed: Result<u64> = Ok(0);
+        let mut plan = st.plan_chunk(keys, pages, slot_len, |_, off, page, part, object, segs| {
+            let sum = sealed.then_some(&unsummed);
+            st.stage_write(chunk, off, page, part, object, segs, sum)
+        });
         let live = plan.live();
         let items: Vec<WriteItem<'_>> = live
             .iter()
@@ -83,12 +70,57 @@ impl HiCache {
                 segments: plan.segments_of(j),
             })
             .collect();
-        let outcomes = one_per_item(
-            st.backend.as_ref(),
-            "write",
-            items.len(),
-            st.backend.write(&items).await,
-        );
+        let seal = |k: usize, payload: &[std::io::IoSlice<'_>], header: &mut [u8]| {
+            let object = live.get(k).map(|&j| &plan.objects[j]).ok_or_else(|| {
+                Error::backend(
+                    st.backend.info().name,
+                    format!(
+                        "sealed item {k} of a batch of {} (a plugin bug)",
+                        live.len()
+                    ),
+                )
+            })?;
+            st.seal(object, payload, header)
+        };
+        let written = match sealed {
+            true => st.backend.write_sealed(&items, &seal).await,
+            false => None,
+        };
+        let outcomes = match written {
+            Some(outcomes) => one_per_item(st.backend.as_ref(), "write", items.len(), outcomes),
+            None if sealed => {
+                // The backend does not seal: the checksums are taken here, on two threads
+                // for a large chunk, and the headers completed before the write.
+                let chunk = chunk.expect("enveloped zero-copy pools stage headers");
+                let sums = split_over_two_threads(&live, st.payload_len, |&j| {
+                    let (i, p) = plan.owners[j];
+                    st.pool_checksum(pages[i], &st.parts[p])
+                });
+                let mut outcomes: Vec<Option<Result<()>>> = Vec::with_capacity(live.len());
+                let mut ready = Vec::with_capacity(live.len());
+                for (k, (&j, sum)) in live.iter().zip(sums).enumerate() {
+                    let slot = j as u64 * slot_len;
+                    match sum.and_then(|sum| st.put_header(chunk, slot, &plan.objects[j], sum)) {
+                        Ok(()) => {
+                            ready.push(items[k]);
+                            outcomes.push(None);
+                        }
+                        Err(e) => outcomes.push(Some(Err(e))),
+                    }
+                }
+                let written = st.backend.write(&ready).await;
+                let mut written =
+                    one_per_item(st.backend.as_ref(), "write", ready.len(), written).into_iter();
+                outcomes
+                    .into_iter()
+                    .map(|o| o.or_else(|| written.next()).unwrap_or(Ok(())))
+                    .collect()
+            }
+            None => {
+                let written = st.backend.write(&items).await;
+                one_per_item(st.backend.as_ref(), "write", items.len(), written)
+            }
+        };
         for (&j, outcome) in live.iter().zip(outcomes) {
             let page = plan.owners[j].0;
             if let Err(e) = outcome

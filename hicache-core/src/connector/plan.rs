@@ -282,6 +282,44 @@ impl PoolState {
         }
     }
 
+    /// Completes an object's header for a backend that seals its writes
+    /// ([`write_sealed`](StorageBackend::write_sealed)): the payload's checksum and the
+    /// header's fields go into `header`, the copy of the object's staged header block.
+    pub(super) fn seal(
+        &self,
+        object: &ObjectKey,
+        payload: &[std::io::IoSlice<'_>],
+        header: &mut [u8],
+    ) -> Result<()> {
+        let plugin = || self.backend.info().name;
+        let len: u64 = payload.iter().map(|s| s.len() as u64).sum();
+        if len != self.payload_len {
+            return Err(Error::backend(
+                plugin(),
+                format!(
+                    "sealed {len} payload bytes of {object}, which holds {} (a plugin bug: the payload is every segment after the first)",
+                    self.payload_len
+                ),
+            ));
+        }
+        let room = header.len();
+        let fields = header.get_mut(..HEADER_FIELDS_LEN).ok_or_else(|| {
+            Error::backend(
+                plugin(),
+                format!(
+                    "sealed a header of {object} in {} bytes, fewer than its {HEADER_FIELDS_LEN} (a plugin bug: the header is a copy of the first segment)",
+                    room
+                ),
+            )
+        })?;
+        let mut hasher = envelope::PayloadHasher::default();
+        for s in payload {
+            hasher.update(s);
+        }
+        fields.copy_from_slice(&self.expected_header(object, hasher.finish()).encode());
+        Ok(())
+    }
+
     /// [`verify`](Self::verify) of an object given its bytes as it was read (header first,
     /// then the payload), as a backend's [`read_checked`](StorageBackend::read_checked)
     /// lends them.

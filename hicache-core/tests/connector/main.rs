@@ -14,6 +14,7 @@ mod data;
 mod identity;
 mod inputs;
 mod pins;
+mod sealed;
 
 const PAGES: u64 = 12;
 

@@ -11,6 +11,8 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
+use hicache_core::raw::AlignedBuf;
+
 use crate::beneath;
 use crate::data_path::{DataPath, Direction, Transfer};
 use crate::protocol::op::{MAX_STEPS, NOT_RUN, Next, Op, Rename, Step, Steps};
@@ -55,25 +57,85 @@ fn transfer(fd: &OwnedFd, iov: &[libc::iovec], offset: u64, write: bool) -> io::
     }
 }
 
-/// Room a blocking read reuses, one per I/O thread: the guard block and the iovec list it is
-/// appended to, so a read allocates nothing once the list has grown to the longest object.
-pub(crate) struct ReadScratch {
+/// Room a blocking item reuses, one per I/O thread: the guard block and the iovec list it is
+/// appended to, and a sealed write's header block and iovecs, so an item allocates nothing
+/// once these have grown to the longest object.
+pub(crate) struct Scratch {
     guard: Guard,
     /// Filled, used and cleared within one read.
     iov: Vec<libc::iovec>,
+    /// Alignment of the header blocks below (the roots' direct-I/O alignment).
+    align: usize,
+    /// A sealed write's header, filled from the object's first segment (see [`Scratch::seal`]).
+    header: Option<AlignedBuf>,
+    /// A sealed write's iovecs: `header`, then the object's others.
+    sealed: Vec<libc::iovec>,
 }
 
-// SAFETY: the iovec list holds pointers only during one read on the thread that owns the
-// scratch (it is cleared before the read returns); the guard is owned memory, like a Box.
-unsafe impl Send for ReadScratch {}
+// SAFETY: the iovec lists hold pointers only during one item on the thread that owns the
+// scratch (they are cleared before it ends); the guard and header are owned memory, like a Box.
+unsafe impl Send for Scratch {}
 
-impl ReadScratch {
+impl Scratch {
     /// Scratch for roots whose direct-I/O alignment is at most `align`.
     pub(crate) fn new(align: u64) -> io::Result<Self> {
-        Ok(ReadScratch {
+        Ok(Scratch {
             guard: Guard::new(align)?,
             iov: Vec::new(),
+            align: usize::try_from(align).unwrap_or(usize::MAX).max(1),
+            header: None,
+            sealed: Vec::new(),
         })
+    }
+
+    /// A write's iovecs with its first segment replaced by a sealed copy: the copy is made in
+    /// this thread's header block, `fill` completes it from the other segments' bytes, and
+    /// `run` gets the new list. `fill`'s error ends the item unwritten.
+    ///
+    /// # Safety
+    /// `iov` must point into memory that stays readable, and that nobody writes, until this
+    /// call returns (a plan's pins on its write sources).
+    pub(crate) unsafe fn seal<T>(
+        &mut self,
+        iov: &[libc::iovec],
+        fill: impl FnOnce(&[std::io::IoSlice<'_>], &mut [u8]) -> hicache_core::Result<()>,
+        run: impl FnOnce(&[libc::iovec], &mut Scratch) -> T,
+    ) -> hicache_core::Result<T> {
+        let Some((first, rest)) = iov.split_first() else {
+            return Err(hicache_core::Error::InvalidBatch {
+                reason: "a sealed write needs a first segment to seal".into(),
+            });
+        };
+        let len = first.iov_len;
+        let mut header = match self.header.take() {
+            Some(h) if h.len() >= len => h,
+            _ => AlignedBuf::zeroed(len.max(self.align).next_multiple_of(self.align), self.align)?,
+        };
+        // SAFETY: the caller keeps `first` readable and unwritten for this call; `header`
+        // holds at least `len` bytes.
+        header.as_mut_slice()[..len].copy_from_slice(unsafe {
+            std::slice::from_raw_parts(first.iov_base.cast::<u8>(), len)
+        });
+        // SAFETY: `IoSlice` has `iovec`'s layout on Unix; the caller keeps these readable
+        // and unwritten for this call.
+        let payload = unsafe {
+            std::slice::from_raw_parts(rest.as_ptr().cast::<std::io::IoSlice<'_>>(), rest.len())
+        };
+        let filled = fill(payload, &mut header.as_mut_slice()[..len]);
+        let out = filled.map(|()| {
+            let mut list = std::mem::take(&mut self.sealed);
+            list.push(libc::iovec {
+                iov_base: header.as_mut_ptr().cast(),
+                iov_len: len,
+            });
+            list.extend_from_slice(rest);
+            let out = run(&list, self);
+            list.clear();
+            self.sealed = list;
+            out
+        });
+        self.header = Some(header);
+        out
     }
 
     /// `Read ⇒ Guard` as one `preadv` of the object's iovecs and the guard: the results of
@@ -139,7 +201,7 @@ impl Running {
         &mut self,
         root: &Root,
         iov: &[libc::iovec],
-        scratch: &mut ReadScratch,
+        scratch: &mut Scratch,
         path: Option<&dyn DataPath>,
     ) -> Progress {
         loop {
@@ -238,7 +300,7 @@ pub(crate) fn run(
     root: &Root,
     op: Op,
     iov: &[libc::iovec],
-    scratch: &mut ReadScratch,
+    scratch: &mut Scratch,
     path: Option<&dyn DataPath>,
 ) -> Result<Outcome, IoFailure> {
     let mut running = Running::new(op);
@@ -263,7 +325,7 @@ fn execute(
     step: Step,
     iov: &[libc::iovec],
     file: &mut Option<OwnedFd>,
-    scratch: &mut ReadScratch,
+    scratch: &mut Scratch,
 ) -> i64 {
     let no_file = || -(libc::EBADF as i64);
     match step {

@@ -20,7 +20,7 @@ fn run_item(
     bucket: [u8; 2],
     name: &[u8],
     iov: &[libc::iovec],
-    scratch: &mut ReadScratch,
+    scratch: &mut Scratch,
 ) -> Result<Outcome, IoFailure> {
     let expected = iov.iter().map(|v| v.iov_len as u64).sum();
     let op = Op::new(root, kind, sync, bucket, name, expected)?;
@@ -28,8 +28,8 @@ fn run_item(
 }
 
 /// Room for one operation, as one I/O thread holds it.
-fn scratch() -> ReadScratch {
-    ReadScratch::new(4096).unwrap()
+fn scratch() -> Scratch {
+    Scratch::new(4096).unwrap()
 }
 
 fn write_object(

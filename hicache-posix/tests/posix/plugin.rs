@@ -417,3 +417,91 @@ async fn the_thread_pool_checks_reads_where_they_land() {
         );
     }
 }
+
+/// `write_sealed`: the thread pool seals each object on the thread that writes it, under
+/// O_DIRECT too (the sealed header goes from the worker's aligned copy); a panicking seal
+/// fails its item only and stores nothing of it; io_uring leaves sealing to the caller.
+#[tokio::test]
+async fn the_thread_pool_seals_writes_where_they_are_sent() {
+    for engine in ENGINES {
+        for direct in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let b = backend_with(dir.path(), direct, engine);
+            let buf = MemoryRegion::from_aligned(AlignedBuf::zeroed(8 * 4096, 4096).unwrap());
+            buf.target(0, 6 * 4096, "test")
+                .unwrap()
+                .copy_from(0, &[0x5a; 6 * 4096])
+                .unwrap();
+            let bytes = |at: u64, len: u64| {
+                buf.source(at, len, "test")
+                    .unwrap()
+                    .host_bytes()
+                    .unwrap()
+                    .to_vec()
+            };
+            let id = b.register(buf.clone()).unwrap();
+            let ks: Vec<ObjectKey> = (0..3)
+                .map(|i| ObjectKey::new(format!("seal{i}")).unwrap())
+                .collect();
+            let from: Vec<[Slice; 2]> = (0..3)
+                .map(|i| {
+                    [
+                        Slice::new(id, 2 * i * 4096, 4096),
+                        Slice::new(id, (2 * i + 1) * 4096, 4096),
+                    ]
+                })
+                .collect();
+            let items: Vec<WriteItem<'_>> = ks
+                .iter()
+                .zip(&from)
+                .map(|(key, segments)| WriteItem { key, segments })
+                .collect();
+            let panicking = |i: usize, payload: &[std::io::IoSlice<'_>], header: &mut [u8]| {
+                assert_eq!(payload.iter().map(|s| s.len()).sum::<usize>(), 4096);
+                assert_eq!(header.len(), 4096);
+                if i == 1 {
+                    panic!("a seal that panics");
+                }
+                header[..4].copy_from_slice(b"SEAL");
+                Ok(())
+            };
+            let Some(got) = b.write_sealed(&items, &panicking).await else {
+                assert_eq!(
+                    engine,
+                    EngineChoice::Uring,
+                    "the thread pool seals its writes"
+                );
+                continue;
+            };
+            assert_eq!(engine, EngineChoice::Threads);
+            assert!(got[0].is_ok() && got[2].is_ok(), "{got:?}");
+            let e = got[1].as_ref().unwrap_err().to_string();
+            assert!(e.contains("seal panicked"), "{e}");
+            let stored: Vec<bool> = b
+                .exists(&ks)
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+            assert_eq!(stored, [true, false, true], "direct {direct}");
+            for k in [0, 2] {
+                let into = [Slice::new(id, 6 * 4096, 2 * 4096)];
+                let got = b
+                    .read(&[ReadItem {
+                        key: &ks[k],
+                        segments: &into,
+                    }])
+                    .await;
+                assert_eq!(got[0].as_ref().unwrap(), &ReadOutcome::Hit);
+                let back = bytes(6 * 4096, 2 * 4096);
+                assert_eq!(&back[..4], b"SEAL", "direct {direct}");
+                assert!(back[4..].iter().all(|&x| x == 0x5a), "direct {direct}");
+            }
+            let source = bytes(0, 6 * 4096);
+            assert!(
+                source.iter().all(|&x| x == 0x5a),
+                "the first segments are only read"
+            );
+        }
+    }
+}

@@ -35,6 +35,7 @@ pub const ALL: &[Case] = cases![
     backend::backend_round_trip => catches(&[ReadsDeliverNothing, DropsLastResult]),
     backend::backend_multi_segment_gather_scatter => catches(&[TornWrites, ReadsDeliverNothing]),
     backend::backend_read_checked_checks_every_hit => catches(&[UncheckedReads]),
+    backend::backend_write_sealed_seals_every_object => catches(&[UnsealedWrites]),
     backend::backend_read_missing_is_not_found => catches(&[MissIsError]),
     backend::backend_size_mismatch_is_a_miss => catches(&[IgnoresSizeMismatch]),
     backend::backend_exists_reports_written_only => catches(&[ExistsAlwaysTrue, ResultsReversed]),

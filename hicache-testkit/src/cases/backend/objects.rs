@@ -137,6 +137,113 @@ pub async fn backend_read_checked_checks_every_hit(env: &TrialEnv) -> CaseResult
     Ok(())
 }
 
+/// `write_sealed`, where the backend does it, has each object's first segment completed by
+/// the seal, once per item, from the bytes of the others, and stores the completed copy in
+/// its place; an item the seal refuses is an error and is not stored (the connector's
+/// envelope checksums depend on it).
+pub async fn backend_write_sealed_seals_every_object(env: &TrialEnv) -> CaseResult {
+    let b = env.backend()?;
+    let n = block(env);
+    // Per item: a header block, then two payload blocks; then room to read one back.
+    let buf = buffer(env, &b, 12 * n)?;
+    buf.fill(0, &pattern(9 * n as usize, 50))?;
+    let keys: Vec<ObjectKey> = (0..3).map(|i| key(env, &format!("seal{i}"))).collect();
+    let segments: Vec<[Slice; 3]> = (0..3u64)
+        .map(|i| {
+            let at = 3 * i * n;
+            [
+                buf.slice(at, n),
+                buf.slice(at + n, n),
+                buf.slice(at + 2 * n, n),
+            ]
+        })
+        .collect();
+    let items: Vec<WriteItem<'_>> = keys
+        .iter()
+        .zip(&segments)
+        .map(|(key, segments)| WriteItem { key, segments })
+        .collect();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let seal = |i: usize, payload: &[std::io::IoSlice<'_>], header: &mut [u8]| {
+        let whole: Vec<u8> = payload.iter().flat_map(|s| s.iter().copied()).collect();
+        let sum = whole.iter().map(|&x| u64::from(x)).sum::<u64>();
+        seen.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((i, whole, header.len()));
+        if i == 1 {
+            return Err(Error::InvalidBatch {
+                reason: "the seal refuses item 1".into(),
+            });
+        }
+        if header.len() >= 16 {
+            header[..8].copy_from_slice(&(i as u64 + 7).to_le_bytes());
+            header[8..16].copy_from_slice(&sum.to_le_bytes());
+        }
+        Ok(())
+    };
+    let Some(results) = b.write_sealed(&items, &seal).await else {
+        return skip("the backend does not seal its writes (write_sealed answers None)");
+    };
+    ensure_eq!(results.len(), 3, "one result per item");
+    let oks: Vec<bool> = results.iter().map(Result::is_ok).collect();
+    ensure_eq!(
+        oks,
+        vec![true, false, true],
+        "item 1's seal refused it: {results:?}"
+    );
+    let mut seen = seen.into_inner().unwrap_or_else(|e| e.into_inner());
+    seen.sort();
+    let source = buf.read(0, 9 * n)?;
+    let expected: Vec<(usize, Vec<u8>, usize)> = (0..3)
+        .map(|i| {
+            let at = (3 * i + 1) * n as usize;
+            (i, source[at..at + 2 * n as usize].to_vec(), n as usize)
+        })
+        .collect();
+    ensure!(
+        seen == expected,
+        "the seal saw (item, payload bytes, header bytes) {:?}; it must see each item once, with the bytes of its segments after the first and a copy of the first",
+        seen.iter()
+            .map(|(i, p, h)| (*i, p.len(), *h))
+            .collect::<Vec<_>>()
+    );
+    let exists: Vec<bool> = b
+        .exists(&keys)
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    ensure_eq!(
+        exists,
+        vec![true, false, true],
+        "a refused item is not stored"
+    );
+    for i in [0usize, 2] {
+        let at = 3 * i as u64 * n;
+        ensure_eq!(
+            get(&b, &keys[i], &[buf.slice(9 * n, 3 * n)]).await?,
+            ReadOutcome::Hit
+        );
+        let stored = buf.read(9 * n, 3 * n)?;
+        let mut want = buf.read(at, 3 * n)?;
+        let sum = want[n as usize..]
+            .iter()
+            .map(|&x| u64::from(x))
+            .sum::<u64>();
+        want[..8].copy_from_slice(&(i as u64 + 7).to_le_bytes());
+        want[8..16].copy_from_slice(&sum.to_le_bytes());
+        ensure!(
+            stored == want,
+            "object {i} was not stored as sealed: its first segment must be the seal's completed copy and the rest as written"
+        );
+    }
+    ensure_eq!(
+        buf.read(0, 9 * n)?,
+        source,
+        "the first segments' own memory must only be read"
+    );
+    Ok(())
+}
+
 /// A missing object is a miss, not an error.
 pub async fn backend_read_missing_is_not_found(env: &TrialEnv) -> CaseResult {
     let b = env.backend()?;
