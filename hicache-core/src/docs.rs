@@ -59,7 +59,11 @@ pub mod backend_design {}
 /// moves bytes on its own threads may run the connector's verification there, on each object
 /// right after reading it, by implementing
 /// [`StorageBackend::read_checked`](crate::raw::StorageBackend::read_checked) (POSIX's thread
-/// pool does); the others keep the default and the connector verifies after the call.
+/// pool does); the others keep the default and the connector verifies after the call. The
+/// write side is the same: a zero-copy page's checksum is taken on the thread that writes the
+/// object, just before the write, by a plugin that implements
+/// [`StorageBackend::write_sealed`](crate::raw::StorageBackend::write_sealed) (POSIX's thread
+/// pool does); for the others the connector takes it first, on two threads for a large call.
 pub mod transfer_modes {}
 
 /// # Memory: pins, cancellation and deregistration
