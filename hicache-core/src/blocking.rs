@@ -101,6 +101,11 @@ impl BlockingHiCache {
         self.block_on("batch_remove", self.inner.batch_remove(keys))?
     }
 
+    /// See [`HiCache::clear`].
+    pub fn clear(&self) -> Result<u64> {
+        self.block_on("clear", self.inner.clear())?
+    }
+
     /// See [`HiCache::unregister_pool`].
     pub fn unregister_pool(&self) -> Result<()> {
         self.block_on("unregister_pool", self.inner.unregister_pool())

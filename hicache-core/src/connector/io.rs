@@ -376,6 +376,49 @@ impl HiCache {
         Ok(self.batch_exists(std::slice::from_ref(key)).await? == 1)
     }
 
+    /// Removes every stored object of the registered pool's namespace (what SGLang's
+    /// `clear()` asks for): the pages written under this identity and geometry, by this
+    /// connector or any other. Other namespaces, other models and anything not named by
+    /// hicache stay. Returns how many objects were removed; a rank that does not write (MLA
+    /// ranks above 0) removes nothing and returns 0.
+    ///
+    /// Refused under `naming = "sglang"`: those names carry only the model and rank, and
+    /// one model's suffix can end another's name (`_m` ends `_big_m`), so a store shared
+    /// with other models could lose their pages.
+    pub async fn clear(&self) -> Result<u64> {
+        let state = self.current()?;
+        if !state.writer {
+            return Ok(0);
+        }
+        if self.config.naming.value == crate::key::NamingScheme::Sglang {
+            return Err(Error::Unsupported {
+                component: crate::error::Component::Connector,
+                operation: "clearing a namespace under naming = \"sglang\" (those names cannot tell this model's pages from another model's); remove the files yourself, or use hicache naming".into(),
+            });
+        }
+        let suffix = format!(".{}", state.namespace.short_hex());
+        let mut walk = crate::backend::ListWalk::new(self.backend.as_ref(), "", 1024);
+        let mut removed = 0;
+        while let Some(page) = walk.next_page().await? {
+            let ours: Vec<ObjectKey> = page
+                .into_iter()
+                .filter(|l| l.key.as_str().ends_with(&suffix))
+                .map(|l| l.key)
+                .collect();
+            let results = one_per_item(
+                self.backend.as_ref(),
+                "remove",
+                ours.len(),
+                self.backend.remove(&ours).await,
+            );
+            for r in results {
+                r?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     /// Removes pages (every object of each); a missing page is not an error.
     pub async fn batch_remove(&self, keys: &[PageKey]) -> Result<Vec<Result<()>>> {
         let state = self.current()?;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::{connector, keys, mha};
+use crate::{connector, keys, mha, mla};
 use hicache_core::{
     Error, HostSlots, Layout, MemoryBackend, MmapPool, ReadOutcome, StorageIdentity, TransferMode,
 };
@@ -249,4 +249,59 @@ async fn large_pages_checksum_and_verify_split_over_threads() {
             );
         }
     }
+}
+
+/// `clear` removes the registered namespace's objects only: another model's pages, and
+/// objects not named by hicache, stay; a rank that does not write removes nothing; SGLang
+/// naming is refused, because its suffixes cannot tell models apart.
+#[tokio::test]
+async fn clear_removes_this_namespace_only() {
+    let backend = Arc::new(MemoryBackend::new());
+    let open = |model: &str, extra: &[(&str, &str)]| {
+        let cache = connector(backend.clone(), extra, StorageIdentity::single(model));
+        cache
+            .register_pool(Arc::new(MmapPool::new(mha(Layout::PageFirst, 4)).unwrap()))
+            .unwrap();
+        cache
+    };
+    let (mine, other) = (open("m", &[]), open("big_m", &[]));
+    let ks = keys("clr", 3);
+    for cache in [&mine, &other] {
+        let set = cache
+            .batch_set(&ks, HostSlots::Pages(&[0, 1, 2]))
+            .await
+            .unwrap();
+        assert!(set.iter().all(|r| r.is_ok()));
+    }
+    backend.put_raw_object("not-hicache.bin", vec![1; 8]);
+    assert_eq!(mine.clear().await.unwrap(), 3);
+    assert_eq!(mine.batch_exists(&ks).await.unwrap(), 0);
+    assert_eq!(other.batch_exists(&ks).await.unwrap(), 3);
+    assert!(backend.raw_object("not-hicache.bin").is_some());
+    assert_eq!(mine.clear().await.unwrap(), 0, "nothing left to remove");
+
+    // An MLA rank above 0 does not write, so it removes nothing (rank 0's pages stay).
+    let rank = |tp_rank| StorageIdentity {
+        tp_rank,
+        tp_size: 2,
+        ..StorageIdentity::single("m")
+    };
+    let mla_pool = || Arc::new(MmapPool::new(mla(Layout::PageFirst, 4)).unwrap());
+    let (rank0, rank1) = (
+        connector(backend.clone(), &[], rank(0)),
+        connector(backend.clone(), &[], rank(1)),
+    );
+    rank0.register_pool(mla_pool()).unwrap();
+    rank1.register_pool(mla_pool()).unwrap();
+    rank0
+        .batch_set(&ks, HostSlots::Pages(&[0, 1, 2]))
+        .await
+        .unwrap();
+    assert_eq!(rank1.clear().await.unwrap(), 0);
+    assert_eq!(rank1.batch_exists(&ks).await.unwrap(), 3);
+
+    let sglang = open("m", &[("naming", "sglang")]);
+    let e = sglang.clear().await.unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    assert_eq!(other.batch_exists(&ks).await.unwrap(), 3);
 }
