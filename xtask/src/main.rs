@@ -9,6 +9,7 @@ mod fuzz;
 #[cfg(test)]
 mod modules;
 mod mutants;
+mod python;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -22,6 +23,7 @@ fn main() -> ExitCode {
         Some("crash") => crash::crash(&args[1..]),
         Some("fuzz") => fuzz::fuzz(&args[1..]),
         Some("mutants") => mutants::mutants(&args[1..]),
+        Some("python") => python::python(&args[1..]),
         Some("s3-servers") => s3_servers().map(drop),
         Some("sanitize") => sanitize(),
         Some("fmt") => fmt(),
@@ -56,6 +58,8 @@ fn print_help() {
          \x20      suite on the reference backend [--file PATH]... [--re REGEX] [--shard K/N]\n\
          \x20      [--iterate] [--list] (installs cargo-mutants into target/tools; summary in\n\
          \x20      target/mutants.json)\n\
+         python the Python package (hicache-py): an abi3 wheel built with maturin, installed in
+         \x20      target/py-venv with numpy, tested against SGLang 0.5.23's own storage classes
          s3-servers  install the S3 test servers (moto in target/s3-venv, s3s-fs in target/s3s)\n\
          sanitize    Miri on core's memory, pool, envelope, key and routing tests; POSIX engine\n\
          \x20           tests under AddressSanitizer (installs nightly's miri and rust-src)\n\
@@ -316,6 +320,9 @@ fn ci() -> Result<(), String> {
         }
         step(&format!("cargo run -p hicache --example {example}"), run)?;
     }
+
+    // SGLang loads hicache through the Python package: its wheel must build and pass.
+    python::python(&[])?;
 
     // Keeps the benchmark working; its numbers are not judged here.
     println!("==> cargo xtask bench --tiny");

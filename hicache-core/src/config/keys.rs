@@ -185,6 +185,21 @@ pub(crate) const KEYS: &[KeySpec] = &[
         "SGLang: drive a `dynamic` backend through the v1 batch interface",
     ),
     engine(
+        "backend_name",
+        EngineKind::Str,
+        "SGLang: the name of a `dynamic` storage backend (hicache's package: `hicache`)",
+    ),
+    engine(
+        "module_path",
+        EngineKind::Str,
+        "SGLang: the Python module of a `dynamic` storage backend (`hicache.sglang`)",
+    ),
+    engine(
+        "class_name",
+        EngineKind::Str,
+        "SGLang: the class of a `dynamic` storage backend (`HiCacheBackend`)",
+    ),
+    engine(
         "file_storage_path",
         EngineKind::Str,
         "SGLang: the HiCacheFile backend's dir (hicache's is `storage_dir`)",

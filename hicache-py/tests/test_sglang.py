@@ -1,0 +1,376 @@
+"""hicache's SGLang backend through SGLang's own classes.
+
+``HiCacheStorage`` and ``HiCacheStorageConfig`` come from SGLang's 0.5.23 wheel: the
+directory named by ``HICACHE_SGLANG_SOURCE`` holds its ``sglang/srt/mem_cache/
+hicache_storage.py`` and ``sglang/srt/environ.py`` (``cargo xtask python`` extracts them).
+Those modules import ``torch`` only for type annotations, so a one-line stand-in module is put
+first on the path when torch is absent. Host pools are numpy arrays shaped as SGLang's host
+pools shape their ``kv_buffer``.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import types
+import unittest
+
+import numpy as np
+
+_SOURCE = os.environ.get("HICACHE_SGLANG_SOURCE")
+if not _SOURCE:
+    raise RuntimeError(
+        "set HICACHE_SGLANG_SOURCE to a dir holding SGLang 0.5.23's sglang/ sources "
+        "(cargo xtask python does)"
+    )
+sys.path.insert(0, _SOURCE)
+try:
+    import torch  # noqa: F401
+except ImportError:
+    stand_in = types.ModuleType("torch")
+    stand_in.Tensor = type("Tensor", (), {})
+    sys.modules["torch"] = stand_in
+
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig  # noqa: E402
+
+import hicache  # noqa: E402
+from hicache.sglang import HiCacheBackend  # noqa: E402
+
+LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
+PAGE = 4  # tokens per page
+PAGES = 12
+LAYERS = 3
+
+
+class HostPool:
+    """The attributes of SGLang's MHA/MLA host pools that a storage backend reads, over numpy."""
+
+    def __init__(self, layout, mla=False, heads=2, head_dim=16, kv_cache_dim=24):
+        self.layout = layout
+        self.page_size = PAGE
+        self.page_num = PAGES
+        self.size = PAGE * PAGES
+        self.layer_num = LAYERS
+        self.dtype = "torch.float16"
+        itemsize = 2
+        if mla:
+            self.kv_cache_dim = kv_cache_dim
+            row = kv_cache_dim
+            dims = {
+                "layer_first": (LAYERS, self.size, 1, row),
+                "page_first": (self.size, LAYERS, 1, row),
+                "page_first_direct": (PAGES, LAYERS, PAGE, 1, row),
+            }[layout]
+        else:
+            self.head_num = heads
+            self.head_dim = head_dim
+            row = heads * head_dim
+            dims = {
+                "layer_first": (2, LAYERS, self.size, heads, head_dim),
+                "page_first": (2, self.size, LAYERS, heads, head_dim),
+                "page_first_direct": (2, PAGES, LAYERS, PAGE, heads, head_dim),
+                "page_head": (2, PAGES, heads, PAGE, LAYERS, head_dim),
+            }[layout]
+        self.mla = mla
+        self.row_bytes = row * itemsize
+        self.kv_buffer = np.zeros(dims, dtype=np.float16)
+
+    def bytes(self):
+        return self.kv_buffer.reshape(-1).view(np.uint8)
+
+    def token_rows(self, page):
+        """Every byte range of `page` in the buffer (SGLang's own arithmetic)."""
+        size, rb = self.size, self.row_bytes
+        first = page * PAGE
+        halves = 1 if self.mla else 2
+        half = LAYERS * size * rb
+        out = []
+        for kv in range(halves):
+            for layer in range(LAYERS):
+                for t in range(first, first + PAGE):
+                    if self.layout == "layer_first":
+                        at = layer * size * rb + t * rb
+                    elif self.layout == "page_first":
+                        at = t * LAYERS * rb + layer * rb
+                    elif self.layout == "page_first_direct":
+                        at = (page * LAYERS + layer) * PAGE * rb + (t - first) * rb
+                    else:  # page_head: heads outermost inside a page
+                        out.extend(self._head_rows(kv, page, layer, t - first))
+                        continue
+                    out.append((kv * half + at, rb))
+        return out
+
+    def _head_rows(self, kv, page, layer, tok):
+        hd = self.head_dim * 2
+        half = LAYERS * self.size * self.row_bytes
+        rows = []
+        for h in range(self.head_num):
+            at = (((page * self.head_num + h) * PAGE + tok) * LAYERS + layer) * hd
+            rows.append((kv * half + at, hd))
+        return rows
+
+    def get_page_buffer_meta(self, indices):
+        """SGLang's zero-copy pointers (page_first / page_first_direct only, as SGLang)."""
+        if self.layout not in ("page_first", "page_first_direct"):
+            raise ValueError(f"Unsupported layout: {self.layout}")
+        base = self.kv_buffer.__array_interface__["data"][0]
+        idx = indices.tolist()
+        ptrs, sizes = [], []
+        page_bytes = LAYERS * PAGE * self.row_bytes
+        for i in range(0, len(idx), PAGE):
+            k = base + idx[i] * LAYERS * self.row_bytes
+            ptrs.append(k)
+            sizes.append(page_bytes)
+            if not self.mla:
+                ptrs.append(k + LAYERS * self.size * self.row_bytes)
+                sizes.append(page_bytes)
+        return ptrs, sizes
+
+
+def fill_page(pool, page, seed):
+    raw = pool.bytes()
+    for at, n in pool.token_rows(page):
+        raw[at : at + n] = (np.arange(n, dtype=np.uint32) * 7 + seed + at).astype(np.uint8)
+
+
+def page_bytes(pool, page):
+    raw = pool.bytes()
+    return b"".join(raw[at : at + n].tobytes() for at, n in pool.token_rows(page))
+
+
+def tokens(pages):
+    return np.array([p * PAGE + t for p in pages for t in range(PAGE)], dtype=np.int64)
+
+
+def config(root, mla=False, tp_rank=0, tp_size=1, extra=None, metrics=False):
+    extra_config = {
+        "backend_name": "hicache",
+        "module_path": "hicache.sglang",
+        "class_name": "HiCacheBackend",
+        "interface_v1": 1,
+        "storage_dir": root,
+    }
+    extra_config.update(extra or {})
+    return HiCacheStorageConfig(
+        tp_rank=tp_rank,
+        tp_size=tp_size,
+        pp_rank=0,
+        pp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_mla_model=mla,
+        enable_storage_metrics=metrics,
+        is_page_first_layout=False,
+        model_name="org/model-7b",
+        extra_config=extra_config,
+    )
+
+
+class Backend(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.root = self.dir.name
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def open(self, pool, **kw):
+        backend = HiCacheBackend(config(self.root, mla=pool.mla if pool else False, **kw), {})
+        if pool is not None:
+            backend.register_mem_pool_host(pool)
+        self.addCleanup(backend.close)
+        return backend
+
+    def test_is_an_sglang_storage_backend(self):
+        self.assertTrue(issubclass(HiCacheBackend, HiCacheStorage))
+        backend = self.open(HostPool("page_first"))
+        for flat in (lambda: backend.get("k"), lambda: backend.set("k", None),
+                     lambda: backend.batch_get(["k"]), lambda: backend.batch_set(["k"], [None])):
+            with self.assertRaisesRegex(NotImplementedError, "interface_v1"):
+                flat()
+
+    def test_round_trip_every_layout_mha_and_mla(self):
+        for mla in (False, True):
+            for layout in LAYOUTS:
+                if mla and layout == "page_head":
+                    continue
+                with self.subTest(mla=mla, layout=layout):
+                    pool = HostPool(layout, mla=mla)
+                    backend = self.open(pool, extra={"storage_dir": os.path.join(self.root, f"{layout}-{mla}")})
+                    for p in range(4):
+                        fill_page(pool, p, seed=p + 1)
+                    written = [page_bytes(pool, p) for p in range(4)]
+                    keys = [f"{layout}-{mla}-{p:064x}" for p in range(4)]
+                    self.assertEqual(backend.batch_exists(keys), 0)
+                    self.assertEqual(backend.batch_set_v1(keys, tokens(range(4))), [True] * 4)
+                    self.assertEqual(backend.batch_exists(keys + ["absent"]), 4)
+                    self.assertTrue(backend.exists(keys[2]))
+                    got = backend.batch_get_v1(keys[:3] + ["absent"], tokens(range(6, 10)))
+                    self.assertEqual(got, [True, True, True, False])
+                    for p in range(3):
+                        self.assertEqual(page_bytes(pool, 6 + p), written[p], f"page {p}")
+
+    def test_three_threads_at_once(self):
+        pool = HostPool("page_first_direct")
+        backend = self.open(pool)
+        failures = []
+
+        def worker(t):
+            try:
+                src, dst = [t * 2, t * 2 + 1], [6 + t * 2, 7 + t * 2]
+                keys = [f"thread{t}-{i}" for i in range(2)]
+                for round_ in range(20):
+                    for p in src:
+                        fill_page(pool, p, seed=round_ * 10 + p)
+                    want = [page_bytes(pool, p) for p in src]
+                    assert backend.batch_set_v1(keys, tokens(src)) == [True, True]
+                    assert backend.batch_exists(keys) == 2
+                    assert backend.batch_get_v1(keys, tokens(dst)) == [True, True]
+                    assert [page_bytes(pool, p) for p in dst] == want, f"thread {t} round {round_}"
+            except Exception as e:  # reported below
+                failures.append(repr(e))
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(3)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        self.assertEqual(failures, [])
+
+    def test_mla_ranks_other_than_zero_do_not_write(self):
+        pools = [HostPool("page_first", mla=True) for _ in range(2)]
+        rank0 = self.open(pools[0], tp_rank=0, tp_size=2)
+        rank1 = self.open(pools[1], tp_rank=1, tp_size=2)
+        fill_page(pools[1], 0, seed=9)
+        self.assertEqual(rank1.batch_set_v1(["only-rank1"], tokens([0])), [True])
+        self.assertEqual(rank1.batch_exists(["only-rank1"]), 0, "rank 1 must not store MLA pages")
+        fill_page(pools[0], 1, seed=5)
+        self.assertEqual(rank0.batch_set_v1(["shared"], tokens([1])), [True])
+        self.assertEqual(rank1.batch_get_v1(["shared"], tokens([2])), [True])
+        self.assertEqual(page_bytes(pools[1], 2), page_bytes(pools[0], 1))
+
+    def test_logical_anchor_pool(self):
+        pool = HostPool("page_first")
+        pool.kv_buffer = None
+        backend = self.open(pool)
+        keys = ["anchor-0", "anchor-1"]
+        self.assertEqual(backend.batch_set_v1(keys, tokens([0, 1])), [True, True])
+        self.assertEqual(backend.batch_exists(keys), 2)
+        self.assertEqual(backend.batch_get_v1(keys, tokens([2, 3])), [True, True])
+
+    def test_clear_takes_this_namespace_only(self):
+        mine, other = HostPool("page_first"), HostPool("page_first")
+        backend = self.open(mine)
+        cfg = config(self.root)
+        cfg.model_name = "org/another-model"
+        neighbour = HiCacheBackend(cfg, {})
+        self.addCleanup(neighbour.close)
+        neighbour.register_mem_pool_host(other)
+        keys = ["c0", "c1"]
+        self.assertEqual(backend.batch_set_v1(keys, tokens([0, 1])), [True, True])
+        self.assertEqual(neighbour.batch_set_v1(keys, tokens([0, 1])), [True, True])
+        backend.clear()
+        self.assertEqual(backend.batch_exists(keys), 0)
+        self.assertEqual(neighbour.batch_exists(keys), 2, "another model's pages stay")
+
+    def test_storage_metrics(self):
+        pool = HostPool("page_first")
+        backend = self.open(pool, metrics=True)
+        backend.batch_set_v1(["m0", "m1"], tokens([0, 1]))
+        backend.batch_get_v1(["m0", "m1", "none"], tokens([2, 3, 4]))
+        stats = backend.get_stats()
+        self.assertEqual(stats.backup_pgs, [2])
+        self.assertEqual(stats.prefetch_pgs, [2])
+        self.assertEqual(len(stats.backup_bandwidth), 1)
+        self.assertGreater(stats.prefetch_bandwidth[0], 0)
+        self.assertEqual(backend.get_stats().backup_pgs, [], "get_stats drains")
+        own = backend.stats()
+        self.assertEqual((own["pages_written"], own["pages_hit"], own["pages_not_found"]), (2, 2, 1))
+
+
+class Refusals(unittest.TestCase):
+    """Hostile and unsupported input: a clear error, nothing stored, no crash."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.root = self.dir.name
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_config_errors_name_the_key(self):
+        with self.assertRaisesRegex(hicache.HiCacheError, "storage_dri"):
+            HiCacheBackend(config(self.root, extra={"storage_dri": "/x"}), {})
+        with self.assertRaisesRegex(hicache.HiCacheError, "interface_v1"):
+            HiCacheBackend(config(self.root, extra={"interface_v1": "maybe"}), {})
+
+    def test_unsupported_layouts_and_dcp(self):
+        backend = HiCacheBackend(config(self.root), {})
+        self.addCleanup(backend.close)
+        pool = HostPool("page_first")
+        pool.layout = "page_unified"
+        with self.assertRaisesRegex(ValueError, "page_unified"):
+            backend.register_mem_pool_host(pool)
+        cfg = config(self.root)
+        cfg.dcp_size, cfg.dcp_rank = 2, 0
+        with self.assertRaisesRegex(ValueError, "dcp_size"):
+            HiCacheBackend(cfg, {})
+
+    def test_pool_pointers_that_disagree_with_the_geometry(self):
+        backend = HiCacheBackend(config(self.root), {})
+        self.addCleanup(backend.close)
+        pool = HostPool("page_first")
+        meta = pool.get_page_buffer_meta
+        pool.get_page_buffer_meta = lambda idx: ([p + 2 for p in meta(idx)[0]], meta(idx)[1])
+        with self.assertRaisesRegex(ValueError, "not what hicache was told"):
+            backend.register_mem_pool_host(pool)
+
+    def test_bad_buffers(self):
+        backend = HiCacheBackend(config(self.root), {})
+        self.addCleanup(backend.close)
+        small = HostPool("page_first")
+        small.kv_buffer = np.zeros(small.kv_buffer.size // 2, np.float16)
+        with self.assertRaisesRegex(hicache.HiCacheError, "bytes"):
+            backend.register_mem_pool_host(small)
+        frozen = HostPool("page_first")
+        frozen.kv_buffer.setflags(write=False)
+        with self.assertRaisesRegex(hicache.HiCacheError, "read-only"):
+            backend.register_mem_pool_host(frozen)
+        strided = HostPool("page_first")
+        strided.kv_buffer = np.zeros((2, 2 * strided.size, LAYERS, 2, 16), np.float16)[:, ::2]
+        with self.assertRaisesRegex(hicache.HiCacheError, "contiguous"):
+            backend.register_mem_pool_host(strided)
+        with self.assertRaisesRegex(hicache.HiCacheError, "torch tensor"):
+            backend._connector.register_pool(
+                object(), attention="mha", layers=1, page_tokens=4, dtype="f16",
+                layout="page_first", pages=1, kv_heads=1, head_dim=8,
+            )
+
+    def test_bad_calls(self):
+        pool = HostPool("page_first")
+        backend = HiCacheBackend(config(self.root), {})
+        self.addCleanup(backend.close)
+        backend.register_mem_pool_host(pool)
+        with self.assertRaisesRegex(hicache.HiCacheError, "contiguous"):
+            backend.batch_set_v1(["a"], np.array([1, 2, 3, 4]))
+        with self.assertRaisesRegex(hicache.HiCacheError, "outside the pool"):
+            backend.batch_set_v1(["a"], tokens([PAGES]))
+        with self.assertRaisesRegex(hicache.HiCacheError, "host token indices"):
+            backend.batch_set_v1(["a", "b"], tokens([0])[:6])
+        self.assertEqual(backend.batch_set_v1(["bad/key", "good"], tokens([0, 1])), [False, True])
+        self.assertEqual(backend.batch_exists(["bad/key", "good"]), 0)
+        self.assertEqual(backend.batch_exists(["good", "bad/key"]), 1)
+        self.assertEqual(os.listdir(self.root) and True, True)
+
+    def test_closed_backend_refuses(self):
+        pool = HostPool("page_first")
+        backend = HiCacheBackend(config(self.root), {})
+        backend.register_mem_pool_host(pool)
+        backend.close()
+        with self.assertRaisesRegex(hicache.HiCacheError, "pool"):
+            backend.batch_set_v1(["a"], tokens([0]))
+
+
+if __name__ == "__main__":
+    unittest.main()
