@@ -26,11 +26,14 @@ if not _SOURCE:
     )
 sys.path.insert(0, _SOURCE)
 try:
-    import torch  # noqa: F401
+    import torch
+
+    REAL_TORCH = True
 except ImportError:
-    stand_in = types.ModuleType("torch")
-    stand_in.Tensor = type("Tensor", (), {})
-    sys.modules["torch"] = stand_in
+    REAL_TORCH = False
+    torch = types.ModuleType("torch")
+    torch.Tensor = type("Tensor", (), {})
+    sys.modules["torch"] = torch
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig  # noqa: E402
 
@@ -110,11 +113,14 @@ class HostPool:
             rows.append((kv * half + at, hd))
         return rows
 
+    def _base(self):
+        return self.kv_buffer.__array_interface__["data"][0]
+
     def get_page_buffer_meta(self, indices):
         """SGLang's zero-copy pointers (page_first / page_first_direct only, as SGLang)."""
         if self.layout not in ("page_first", "page_first_direct"):
             raise ValueError(f"Unsupported layout: {self.layout}")
-        base = self.kv_buffer.__array_interface__["data"][0]
+        base = self._base()
         idx = indices.tolist()
         ptrs, sizes = [], []
         page_bytes = LAYERS * PAGE * self.row_bytes
@@ -126,6 +132,24 @@ class HostPool:
                 ptrs.append(k + LAYERS * self.size * self.row_bytes)
                 sizes.append(page_bytes)
         return ptrs, sizes
+
+
+class TorchHostPool(HostPool):
+    """The same pool over a pinned (where CUDA is present) bfloat16 torch tensor, as SGLang
+    allocates its host pools; bytes are read and written through a numpy view of it."""
+
+    def __init__(self, layout, mla=False):
+        super().__init__(layout, mla=mla)
+        pin = torch.cuda.is_available()
+        self.kv_buffer = torch.zeros(self.kv_buffer.shape, dtype=torch.bfloat16, pin_memory=pin)
+        self.dtype = torch.bfloat16
+        self.pinned = pin
+
+    def bytes(self):
+        return self.kv_buffer.view(-1).view(torch.uint8).numpy()
+
+    def _base(self):
+        return self.kv_buffer.data_ptr()
 
 
 def fill_page(pool, page, seed):
@@ -287,6 +311,51 @@ class Backend(unittest.TestCase):
         self.assertEqual(backend.get_stats().backup_pgs, [], "get_stats drains")
         own = backend.stats()
         self.assertEqual((own["pages_written"], own["pages_hit"], own["pages_not_found"]), (2, 2, 1))
+
+
+@unittest.skipUnless(REAL_TORCH, "needs torch (the device machine has it; CI does not)")
+class TorchTensors(unittest.TestCase):
+    """Host pools as SGLang allocates them: torch tensors, pinned where CUDA is present."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.root = self.dir.name
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_round_trip_every_layout_with_tensors(self):
+        for mla in (False, True):
+            for layout in LAYOUTS:
+                if mla and layout == "page_head":
+                    continue
+                with self.subTest(mla=mla, layout=layout):
+                    pool = TorchHostPool(layout, mla=mla)
+                    root = os.path.join(self.root, f"{layout}-{mla}")
+                    backend = HiCacheBackend(config(root, mla=mla), {})
+                    self.addCleanup(backend.close)
+                    backend.register_mem_pool_host(pool)
+                    for p in range(4):
+                        fill_page(pool, p, seed=p + 3)
+                    written = [page_bytes(pool, p) for p in range(4)]
+                    keys = [f"t-{p:064x}" for p in range(4)]
+                    idx = torch.tensor(tokens(range(4)), dtype=torch.int64)
+                    self.assertEqual(backend.batch_set_v1(keys, idx), [True] * 4)
+                    self.assertEqual(backend.batch_exists(keys), 4)
+                    into = torch.tensor(tokens(range(6, 10)), dtype=torch.int64)
+                    self.assertEqual(backend.batch_get_v1(keys, into), [True] * 4)
+                    for p in range(4):
+                        self.assertEqual(page_bytes(pool, 6 + p), written[p])
+
+    def test_gpu_tensors_are_refused(self):
+        if not torch.cuda.is_available():
+            self.skipTest("no CUDA device")
+        backend = HiCacheBackend(config(self.root), {})
+        self.addCleanup(backend.close)
+        pool = TorchHostPool("page_first")
+        pool.kv_buffer = pool.kv_buffer.cuda()
+        with self.assertRaisesRegex(hicache.HiCacheError, "cuda"):
+            backend.register_mem_pool_host(pool)
 
 
 class Refusals(unittest.TestCase):
