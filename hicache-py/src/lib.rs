@@ -327,9 +327,11 @@ impl Connector {
         self.cache.inner().backend_info().name.to_string()
     }
 
-    /// Registers a host pool over `buffer`'s memory (a C-contiguous CPU torch tensor or numpy
-    /// array) with the given geometry; returns the pool report (transfer mode and why, page
-    /// bytes, namespace, whether this rank writes). The connector keeps `buffer` alive until
+    /// Registers a host pool with the given geometry over `buffer`'s memory (a C-contiguous
+    /// CPU torch tensor or numpy array), or, with `buffer` None, a pool without bytes
+    /// (SGLang's logical anchor pool, `kv_buffer is None`) whose pages are kept as small
+    /// marker objects. Returns the pool report (transfer mode and why, page bytes,
+    /// namespace, whether this rank writes). The connector keeps `buffer` alive until
     /// another pool is registered or it is closed.
     ///
     /// The caller must not write a page while a `batch_set` reads it, nor read or write one
@@ -340,7 +342,7 @@ impl Connector {
     fn register_pool(
         &self,
         py: Python<'_>,
-        buffer: Bound<'_, PyAny>,
+        buffer: Option<Bound<'_, PyAny>>,
         attention: &str,
         layers: u64,
         page_tokens: u64,
@@ -362,6 +364,10 @@ impl Connector {
             head_dim,
             kv_cache_dim,
         )?;
+        let Some(buffer) = buffer else {
+            let pool = AnchorPool::new(geometry).map_err(to_py)?;
+            return self.register(py, Arc::new(pool), None);
+        };
         let (ptr, len) = host_buffer(&buffer)?;
         if ptr == 0 {
             return Err(invalid(
@@ -382,38 +388,6 @@ impl Connector {
         let region = unsafe { MemoryRegion::from_raw(ptr as *mut u8, len, MemKind::Host) };
         let pool = RegionPool::new(geometry, region).map_err(to_py)?;
         self.register(py, Arc::new(pool), Some(buffer.unbind()))
-    }
-
-    /// Registers a pool without bytes (SGLang's logical anchor pool, `kv_buffer is None`):
-    /// its pages are kept as small marker objects.
-    #[pyo3(signature = (*, attention, layers, page_tokens, dtype, layout, pages, kv_heads = None, head_dim = None, kv_cache_dim = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn register_anchor_pool(
-        &self,
-        py: Python<'_>,
-        attention: &str,
-        layers: u64,
-        page_tokens: u64,
-        dtype: &str,
-        layout: &str,
-        pages: u64,
-        kv_heads: Option<u64>,
-        head_dim: Option<u64>,
-        kv_cache_dim: Option<u64>,
-    ) -> PyResult<Py<PyDict>> {
-        let geometry = geometry(
-            attention,
-            layers,
-            page_tokens,
-            dtype,
-            layout,
-            pages,
-            kv_heads,
-            head_dim,
-            kv_cache_dim,
-        )?;
-        let pool = AnchorPool::new(geometry).map_err(to_py)?;
-        self.register(py, Arc::new(pool), None)
     }
 
     /// The byte ranges `(offset, length)` of page `page` in the registered pool's buffer, in

@@ -146,10 +146,8 @@ class HiCacheBackend(HiCacheStorage):
         super().register_mem_pool_host(mem_pool_host)
         geometry = _pool_geometry(mem_pool_host)
         buffer = getattr(mem_pool_host, "kv_buffer", None)
-        if buffer is None:
-            report = self._connector.register_anchor_pool(**geometry)
-        else:
-            report = self._connector.register_pool(buffer, **geometry)
+        report = self._connector.register_pool(buffer, **geometry)
+        if buffer is not None:
             self._cross_check(mem_pool_host, buffer)
         self._report = report
         logger.info(
