@@ -374,6 +374,27 @@ class Refusals(unittest.TestCase):
         with self.assertRaisesRegex(hicache.HiCacheError, "interface_v1"):
             HiCacheBackend(config(self.root, extra={"interface_v1": "maybe"}), {})
 
+    def test_bad_identities_and_config_text(self):
+        with self.assertRaisesRegex(hicache.HiCacheError, "tp_rank"):
+            HiCacheBackend(config(self.root, tp_rank=2, tp_size=2), {})
+        with self.assertRaisesRegex(hicache.HiCacheError, "JSON"):
+            hicache.Connector("{not json")
+        with self.assertRaises(OverflowError):
+            hicache.Connector("{}", tp_rank=-1)
+        connector = hicache.Connector(json.dumps({"storage_dir": self.root}))
+        with self.assertRaisesRegex(hicache.HiCacheError, "pool"):
+            connector.batch_set(["a"], [0, 1, 2, 3])
+        with self.assertRaisesRegex(hicache.HiCacheError, "attention"):
+            connector.register_pool(None, attention="gqa", layers=1, page_tokens=4,
+                                    dtype="f16", layout="page_first", pages=1)
+        with self.assertRaisesRegex(hicache.HiCacheError, "kv_cache_dim"):
+            connector.register_pool(None, attention="mla", layers=1, page_tokens=4,
+                                    dtype="f16", layout="page_first", pages=1, kv_heads=2)
+        with self.assertRaisesRegex(hicache.HiCacheError, "dtype|float128"):
+            connector.register_pool(None, attention="mla", layers=1, page_tokens=4,
+                                    dtype="float128", layout="page_first", pages=1, kv_cache_dim=8)
+        connector.close()
+
     def test_unsupported_layouts_and_dcp(self):
         backend = HiCacheBackend(config(self.root), {})
         self.addCleanup(backend.close)
