@@ -2,9 +2,11 @@
 //!
 //! A [`PageKey`] is what the engine hands us (SGLang: 64 hex chars of a chained SHA-256).
 //! An [`ObjectKey`] is the validated name an object is stored under; [`ObjectNamer`] derives
-//! it from the page key and the pool's [`Namespace`]. Neither can hold `/`, `\`, `..`, NUL or
-//! control characters, start with `.`, or exceed the lengths below, so no key can escape a
-//! storage root or collide with a backend's temporary files.
+//! it from the page key and the pool's [`Namespace`]. Neither can hold `/`, `\`, NUL or
+//! control characters, start with `.` (so neither is `.` or `..`), or exceed the lengths
+//! below, so no key can escape a storage root or collide with a backend's temporary files.
+//! A run of dots inside a name (`model..v2`) stays within its one path component, so it is
+//! allowed: SGLang's model names hold such runs.
 
 use std::fmt;
 
@@ -33,9 +35,6 @@ fn validate_name(name: &str, max: usize) -> Result<()> {
     }
     if name.starts_with('.') {
         return reject("key starts with '.' (reserved for hidden and temporary files)".into());
-    }
-    if name.contains("..") {
-        return reject("key contains '..'".into());
     }
     if let Some(c) = name
         .chars()
@@ -508,7 +507,7 @@ mod tests {
             "",
             "a/b",
             "../x",
-            "a..b",
+            "..",
             ".hidden",
             "a\\b",
             "nul\0",
@@ -517,6 +516,10 @@ mod tests {
         ] {
             let err = PageKey::new(bad).unwrap_err();
             assert!(matches!(err, Error::InvalidKey { .. }), "{bad:?}");
+        }
+        // `..` inside one name cannot leave its dir (SGLang's model names hold such runs).
+        for fine in ["a..b", "model..v2", "x..."] {
+            assert!(PageKey::new(fine).is_ok(), "{fine:?}");
         }
         let long = "k".repeat(MAX_PAGE_KEY_LEN + 1);
         assert!(
@@ -607,12 +610,25 @@ mod tests {
     }
 
     #[test]
-    fn model_names_that_break_paths_are_rejected() {
+    fn model_names_stay_one_path_component() {
+        // SGLang naming turns `/` into `-`, so a hostile model name is one harmless component.
         let key = PageKey::new("H").unwrap();
         let id = StorageIdentity::single("../../etc");
         let g = mha(Layout::PageFirst);
         let ns = Namespace::new(&id, &g);
         let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention());
-        assert!(namer.page_object(&key).is_err());
+        assert_eq!(namer.page_object(&key).unwrap().as_str(), "H_..-..-etc_0_1");
+        let id = StorageIdentity::single("a\nb");
+        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention());
+        assert!(
+            namer.page_object(&key).is_err(),
+            "a control character is still refused"
+        );
+        let id = StorageIdentity::single("org/Model..v2");
+        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention());
+        assert_eq!(
+            namer.page_object(&key).unwrap().as_str(),
+            "H_org-Model..v2_0_1"
+        );
     }
 }

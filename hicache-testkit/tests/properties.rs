@@ -29,10 +29,10 @@ proptest! {
     fn accepted_keys_cannot_escape_a_root(s in "\\PC{0,200}") {
         if let Ok(k) = PageKey::new(s.clone()) {
             let k = k.as_str();
-            prop_assert!(!k.is_empty() && !k.contains('/') && !k.contains('\\') && !k.contains(".."));
+            prop_assert!(!k.is_empty() && !k.contains('/') && !k.contains('\\'));
             prop_assert!(!k.starts_with('.') && !k.chars().any(char::is_control));
         }
-        if s.contains('/') || s.contains("..") {
+        if s.contains('/') || s.starts_with('.') {
             prop_assert!(ObjectKey::new(s).is_err());
         }
     }
