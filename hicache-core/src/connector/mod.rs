@@ -219,9 +219,11 @@ impl HiCache {
         } else {
             0
         };
+        // A raw marker is what SGLang writes: 1 byte, or 4096 under direct I/O.
         let marker_len = match format {
             PageFormat::Envelope => 1,
-            PageFormat::Raw => align,
+            PageFormat::Raw if capability.direct_io => align.max(mode::SGLANG_DIRECT_IO_ALIGN),
+            PageFormat::Raw => 1,
         };
         let payload_len = match mode {
             TransferMode::ZeroCopy => {

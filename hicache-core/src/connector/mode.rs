@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::backend::Capability;
 use crate::config::{Config, TransferChoice};
 use crate::key::NamingScheme;
-use crate::pool::PoolGeometry;
+use crate::pool::{Layout, PoolGeometry};
 
 /// How a pool's pages move.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -54,8 +54,10 @@ pub fn choose_mode(
 /// Decides the transfer mode of a pool whose memory starts at `base` (`None`: anchor pool).
 ///
 /// Zero-copy needs every span (base and length) aligned to the backend's direct-I/O alignment
-/// and few enough spans per object; SGLang naming additionally keeps `layer_first` pools in
-/// bounce mode, because SGLang stores those as flat pages under one name.
+/// and few enough spans per object. SGLang naming decides as SGLang's NIXL backend does, so
+/// each side finds the other's objects: only `page_first` and `page_first_direct` pools move
+/// zero-copy (as `_k`/`_v` objects; SGLang stores other layouts as one flat page), and under
+/// direct I/O by SGLang's fixed 4096-byte rule rather than the filesystem's alignment.
 pub fn decide_mode(
     geometry: &PoolGeometry,
     base: Option<u64>,
@@ -69,16 +71,24 @@ pub fn decide_mode(
                 .into(),
         );
     };
-    let align = effective_alignment(capability);
+    let mut align = effective_alignment(capability);
     let spans = geometry.spans_per_page();
-    if naming == NamingScheme::Sglang && spans > 2 {
-        return (
-            TransferMode::Bounce,
-            format!(
-                "{} pages have {spans} spans and SGLang naming stores them as one flat page",
-                geometry.layout()
-            ),
-        );
+    if naming == NamingScheme::Sglang {
+        if !matches!(
+            geometry.layout(),
+            Layout::PageFirst | Layout::PageFirstDirect
+        ) {
+            return (
+                TransferMode::Bounce,
+                format!(
+                    "SGLang naming: SGLang zero-copies only page_first and page_first_direct pools and stores {} pages as one flat page",
+                    geometry.layout()
+                ),
+            );
+        }
+        if capability.direct_io {
+            align = align.max(SGLANG_DIRECT_IO_ALIGN);
+        }
     }
     // One more segment for the envelope header.
     if spans + 1 > u64::from(capability.max_segments.max(1)) {
@@ -110,6 +120,10 @@ pub fn decide_mode(
     };
     (TransferMode::ZeroCopy, why)
 }
+
+/// The alignment SGLang's NIXL backend requires of zero-copy pools under O_DIRECT, whatever
+/// the filesystem's (its `is_stride_page_aligned(4096)`); also its anchor markers' size.
+pub(super) const SGLANG_DIRECT_IO_ALIGN: u64 = 4096;
 
 pub(super) fn effective_alignment(capability: &Capability) -> u64 {
     if capability.direct_io {

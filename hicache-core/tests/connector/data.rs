@@ -21,6 +21,9 @@ async fn round_trip_every_layout_and_mode_with_guards() {
         (4096, 16, false),
         (4096, 3, false),
         (4096, 16, true),
+        // A 512-byte store: SGLang's raw markers are still 4096 bytes under direct I/O.
+        (512, 16, true),
+        (1, 16, true),
     ] {
         for geometry in Layout::ALL.into_iter().map(|l| mha(l, page_tokens)).chain(
             [
@@ -30,15 +33,19 @@ async fn round_trip_every_layout_and_mode_with_guards() {
             ]
             .map(|l| mla(l, page_tokens)),
         ) {
-            for naming in ["hicache", "sglang"] {
+            for (naming, format) in [
+                ("hicache", "envelope"),
+                ("sglang", "envelope"),
+                ("sglang", "raw"),
+            ] {
                 let backend = Arc::new(MemoryBackend::with_alignment(align));
                 let cache = connector(
                     backend.clone(),
-                    &[("naming", naming)],
+                    &[("naming", naming), ("page_format", format)],
                     StorageIdentity::single("m"),
                 );
                 let ctx = format!(
-                    "align {align} tokens {page_tokens} {} {:?} {naming} anchor {anchor}",
+                    "align {align} tokens {page_tokens} {} {:?} {naming} {format} anchor {anchor}",
                     geometry.layout(),
                     geometry.attention()
                 );
@@ -67,8 +74,14 @@ async fn round_trip_every_layout_and_mode_with_guards() {
                     );
                     // Markers say they are markers (under hicache's own naming they are
                     // enveloped; SGLang naming stores raw markers).
+                    let name = cache.object_names(&ks[0]).unwrap()[0].clone();
+                    if format == "raw" {
+                        // SGLang's marker: 1 byte of 0x01, or 4096 bytes under direct I/O.
+                        let marker = backend.raw_object(name.as_str()).unwrap();
+                        let len = if align > 1 { align.max(4096) } else { 1 };
+                        assert_eq!(marker, vec![1u8; len as usize], "{ctx}");
+                    }
                     if naming == "hicache" {
-                        let name = cache.object_names(&ks[0]).unwrap()[0].clone();
                         let marker = backend.raw_object(name.as_str()).unwrap();
                         let h = Header::decode(&marker).unwrap();
                         assert_ne!(
@@ -81,8 +94,16 @@ async fn round_trip_every_layout_and_mode_with_guards() {
                 }
                 let pool = Arc::new(MmapPool::new(geometry).unwrap());
                 let report = cache.register_pool(pool.clone()).unwrap();
-                let expect_zero_copy = geometry.spans_aligned(pool.base() as u64, align)
-                    && !(naming == "sglang" && geometry.spans_per_page() > 2);
+                // SGLang naming: SGLang's own rule (its two page layouts, 4096 under direct I/O).
+                let expect_zero_copy = if naming == "sglang" {
+                    let sglang_align = if align > 1 { align.max(4096) } else { 1 };
+                    matches!(
+                        geometry.layout(),
+                        Layout::PageFirst | Layout::PageFirstDirect
+                    ) && geometry.spans_aligned(pool.base() as u64, sglang_align)
+                } else {
+                    geometry.spans_aligned(pool.base() as u64, align)
+                };
                 assert_eq!(
                     report.mode == TransferMode::ZeroCopy,
                     expect_zero_copy,
@@ -179,6 +200,28 @@ async fn mode_decisions_use_the_real_alignment() {
     assert_eq!(
         decide_mode(&lf, Some(0), &aligned, NamingScheme::Sglang).0,
         TransferMode::Bounce
+    );
+    // SGLang naming decides as SGLang does: page_head stays a flat page, and under direct
+    // I/O a base 512-aligned on a 512-byte filesystem is not enough (SGLang asks 4096).
+    let ph = mha(Layout::PageHead, 16);
+    assert_eq!(
+        decide_mode(&ph, Some(0), &aligned, NamingScheme::Hicache).0,
+        TransferMode::ZeroCopy
+    );
+    let (mode, why) = decide_mode(&ph, Some(0), &aligned, NamingScheme::Sglang);
+    assert_eq!(mode, TransferMode::Bounce);
+    assert!(why.contains("page_head"), "{why}");
+    assert_eq!(
+        decide_mode(&g, Some(512), &ext4, NamingScheme::Sglang).0,
+        TransferMode::Bounce
+    );
+    assert_eq!(
+        decide_mode(&g, Some(4096), &ext4, NamingScheme::Sglang).0,
+        TransferMode::ZeroCopy
+    );
+    assert_eq!(
+        decide_mode(&g, Some(3), &buffered, NamingScheme::Sglang).0,
+        TransferMode::ZeroCopy
     );
     let mut few = aligned;
     few.max_segments = 4;
