@@ -39,13 +39,16 @@ pub mod backend_design {}
 /// - **zero-copy** when every span of a page is aligned (base and length) to the backend's
 ///   direct-I/O alignment — the real one the backend reports (statx `DIOALIGN`), not a fixed
 ///   4096 — and the page has few enough spans for one vectored object. `layer_first` pools
-///   qualify too when aligned (SGLang always bounces them); under SGLang naming they bounce to
-///   keep SGLang's flat-page objects.
+///   qualify too when aligned (SGLang always bounces them). Under SGLang naming the decision
+///   is SGLang's own, so both find each other's objects: only `page_first` and
+///   `page_first_direct` pools move zero-copy (as `_k`/`_v` objects; other layouts are stored
+///   as one flat page), and under direct I/O only when base and page stride are 4096-aligned.
 /// - **bounce** otherwise: pages are gathered into aligned staging slots (padded to the
 ///   alignment, so every I/O is aligned — SGLang packs slots at page size and misaligns them).
 ///   Staging chunks are leased per batch chunk, so concurrent callers never share a slot, and
 ///   batches larger than a chunk are split instead of failed.
-/// - **anchor** for pools without bytes: one small marker object per page.
+/// - **anchor** for pools without bytes: one small marker object per page (raw markers are
+///   SGLang's: 4096 bytes of `0x01` under direct I/O, 1 byte without).
 ///
 /// `transfer_mode = "bounce"` (env `HICACHE_TRANSFER_MODE`) turns every zero-copy pool into a
 /// bounce pool: for storage or plugins that mishandle scattered segments, and so the
