@@ -175,10 +175,11 @@ typedef struct hicache_segment {
     uint64_t offset;
 } hicache_segment;
 
-/* One object of a batch. The key is `key_len` bytes of UTF-8 (at most 220), NUL-terminated
- * after them; it is a safe file name: no '/', '\\' or control characters, no "..", and
- * no leading '.'. Writes gather the segments in order; reads scatter into them; exists
- * and remove items have none. */
+/* One object of a batch. The key is `key_len` bytes of UTF-8 (at most 255, NAME_MAX),
+ * NUL-terminated after them; it is a safe file name: no '/', '\\' or control characters
+ * and no leading '.' (so never "." or ".."). A file plugin must not lengthen it to make
+ * other names (temp files, sidecars): that can pass NAME_MAX. Writes gather the segments
+ * in order; reads scatter into them; exists and remove items have none. */
 typedef struct hicache_item {
     const char *key;
     uint32_t key_len;

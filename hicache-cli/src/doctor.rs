@@ -3,11 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hicache::raw::Capability;
+use hicache::raw::BackendInfo;
 use hicache::{
-    Config, Considered, HiCache, HiCacheOptions, HostSlots, MmapPool, PageKey, PluginRegistry,
-    PoolGeometry, ReadOutcome, Selection, Source, StorageIdentity, TransferMode, choose_mode,
-    gather_page, scatter_page,
+    Config, Considered, HiCache, HiCacheOptions, HostSlots, MmapPool, ModeRule, PageKey,
+    PluginRegistry, PoolGeometry, ReadOutcome, Selection, Source, StorageIdentity, TransferMode,
+    choose_mode, gather_page, scatter_page,
 };
 use serde::Serialize;
 
@@ -139,8 +139,8 @@ pub async fn run(
     });
     steps.push(plugins);
     steps.push(dirs);
-    let capability = backend.as_ref().map(|b| b.info().capability);
-    steps.push(geometry_step(config, opts, capability.as_ref()));
+    let info = backend.as_ref().map(|b| b.info());
+    steps.push(geometry_step(config, opts, info.as_ref()));
     steps.push(memory_step(opts));
     spinner.set_message(format!(
         "doctor: round trip of {} pages",
@@ -385,11 +385,11 @@ fn check_dir(step: &mut Step, dir: &Path, _direct: bool, _probed: &[Considered])
     ));
 }
 
-fn geometry_step(config: &Config, opts: &DoctorOptions, capability: Option<&Capability>) -> Step {
+fn geometry_step(config: &Config, opts: &DoctorOptions, info: Option<&BackendInfo>) -> Step {
     let mut step = Step::new("geometry");
     let g = &opts.geometry;
     step.details.push(g.to_string());
-    let Some(cap) = capability else {
+    let Some(info) = info else {
         step.warn(
             "no plugin could be opened, so the transfer mode is unknown".into(),
             "fix the plugins step first",
@@ -397,12 +397,14 @@ fn geometry_step(config: &Config, opts: &DoctorOptions, capability: Option<&Capa
         return step;
     };
     // Host pools are mmap'ed: the base is page-aligned.
-    let (mode, reason) = choose_mode(g, Some(0), cap, config);
+    let cap = &info.capability;
+    let (mode, reason) = choose_mode(g, Some(0), info, config);
     step.details
         .push(format!("transfer mode: {mode} ({reason})"));
     // Bounce only because the config asks for it?
     let forced = config.transfer_mode.value == hicache::TransferChoice::Bounce
-        && hicache::decide_mode(g, Some(0), cap, config.naming.value).0 == TransferMode::ZeroCopy;
+        && hicache::decide_mode(g, Some(0), cap, ModeRule::of(config, info)).0
+            == TransferMode::ZeroCopy;
     if mode == TransferMode::Bounce {
         let align = cap.io_alignment;
         let fix = if forced {

@@ -42,13 +42,16 @@ pub mod backend_design {}
 ///   qualify too when aligned (SGLang always bounces them). Under SGLang naming the decision
 ///   is SGLang's own, so both find each other's objects: only `page_first` and
 ///   `page_first_direct` pools move zero-copy (as `_k`/`_v` objects; other layouts are stored
-///   as one flat page), and under direct I/O only when base and page stride are 4096-aligned.
+///   as one flat page), and when `use_direct_io` is on for a FILE plugin, only when base and
+///   page stride are 4096-aligned — also on a filesystem without O_DIRECT, as SGLang does.
 /// - **bounce** otherwise: pages are gathered into aligned staging slots (padded to the
 ///   alignment, so every I/O is aligned — SGLang packs slots at page size and misaligns them).
 ///   Staging chunks are leased per batch chunk, so concurrent callers never share a slot, and
 ///   batches larger than a chunk are split instead of failed.
-/// - **anchor** for pools without bytes: one small marker object per page (raw markers are
-///   SGLang's: 4096 bytes of `0x01` under direct I/O, 1 byte without).
+/// - **anchor** for pools without bytes: one small marker object per page. Raw markers under
+///   SGLang naming are SGLang's: 4096 bytes of `0x01` when `use_direct_io` is on for a FILE
+///   plugin or the backend does direct I/O, 1 byte otherwise (under hicache naming, one
+///   aligned block).
 ///
 /// `transfer_mode = "bounce"` (env `HICACHE_TRANSFER_MODE`) turns every zero-copy pool into a
 /// bounce pool: for storage or plugins that mishandle scattered segments, and so the

@@ -19,8 +19,10 @@ use crate::pool::{AttentionKind, PoolGeometry};
 
 /// Longest page key accepted, in bytes.
 pub const MAX_PAGE_KEY_LEN: usize = 160;
-/// Longest object name accepted, in bytes (leaves room under NAME_MAX = 255 for temp suffixes).
-pub const MAX_OBJECT_KEY_LEN: usize = 220;
+/// Longest object name accepted, in bytes: Linux's NAME_MAX, the limit SGLang's file backends
+/// meet. A file plugin must not derive other names (temp files, sidecars) by lengthening an
+/// object's name: POSIX stages writes under short random names of its own.
+pub const MAX_OBJECT_KEY_LEN: usize = 255;
 
 fn validate_name(name: &str, max: usize) -> Result<()> {
     let reject = |reason: String| {

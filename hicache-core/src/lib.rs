@@ -34,8 +34,8 @@ pub use config::{
     PluginChoice, PluginSection, RawValue, Setting, Source, TransferChoice,
 };
 pub use connector::{
-    HiCache, HiCacheOptions, HostSlots, PayloadCheck, PoolReport, STORAGE_BATCH_SIZE, SetOutcome,
-    Stats, TransferMode, choose_mode, decide_mode,
+    HiCache, HiCacheOptions, HostSlots, ModeRule, PayloadCheck, PoolReport, STORAGE_BATCH_SIZE,
+    SetOutcome, Stats, TransferMode, choose_mode, decide_mode,
 };
 pub use display::ByteSize;
 pub use envelope::PageFormat;

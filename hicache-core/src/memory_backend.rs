@@ -24,6 +24,7 @@ pub struct MemoryBackend {
     regions: RegionTable,
     objects: RwLock<HashMap<String, Arc<Vec<u8>>>>,
     alignment: u64,
+    kind: BackendKind,
 }
 
 impl Default for MemoryBackend {
@@ -45,7 +46,16 @@ impl MemoryBackend {
             regions: RegionTable::new(NAME),
             objects: RwLock::new(HashMap::new()),
             alignment: align.max(1),
+            kind: BackendKind::Object,
         }
+    }
+
+    /// The same backend reporting itself as a FILE plugin: with no alignment rule, it stands
+    /// for file storage without O_DIRECT (tmpfs before Linux 6.6, many FUSE filesystems),
+    /// where a config may still ask for direct I/O.
+    pub fn as_file_store(mut self) -> Self {
+        self.kind = BackendKind::File;
+        self
     }
 
     /// What this backend can do (no allocation: checked per item).
@@ -155,7 +165,7 @@ impl StorageBackend for MemoryBackend {
         BackendInfo {
             name: NAME.into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            kind: BackendKind::Object,
+            kind: self.kind,
             capability: self.capability(),
             location: "process memory".into(),
         }

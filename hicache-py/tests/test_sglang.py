@@ -8,12 +8,16 @@ first on the path when torch is absent. Host pools are numpy arrays shaped as SG
 pools shape their ``kv_buffer``.
 """
 
+import ast
+import ctypes
+import hashlib
 import json
 import os
 import sys
 import tempfile
 import threading
 import types
+import typing
 import unittest
 
 import numpy as np
@@ -35,7 +39,12 @@ except ImportError:
     torch.Tensor = type("Tensor", (), {})
     sys.modules["torch"] = torch
 
-from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig  # noqa: E402
+from sglang.srt.mem_cache.hicache_storage import (  # noqa: E402
+    HiCacheStorage,
+    HiCacheStorageConfig,
+    PoolName,
+)
+from sglang.srt.mem_cache.storage.nixl.nixl_utils import NixlFileManager  # noqa: E402
 
 import hicache  # noqa: E402
 from hicache.sglang import HiCacheBackend  # noqa: E402
@@ -49,7 +58,7 @@ LAYERS = 3
 class HostPool:
     """The attributes of SGLang's MHA/MLA host pools that a storage backend reads, over numpy."""
 
-    def __init__(self, layout, mla=False, heads=2, head_dim=16, kv_cache_dim=24):
+    def __init__(self, layout, mla=False, heads=2, head_dim=16, kv_cache_dim=24, base_at=None):
         self.layout = layout
         self.page_size = PAGE
         self.page_num = PAGES
@@ -78,6 +87,12 @@ class HostPool:
         self.mla = mla
         self.row_bytes = row * itemsize
         self.kv_buffer = np.zeros(dims, dtype=np.float16)
+        if base_at is not None:  # (align, offset): a base `offset` bytes past a multiple of align
+            align, offset = base_at
+            n = self.kv_buffer.nbytes
+            raw = np.zeros(n + align + offset, dtype=np.uint8)
+            at = -raw.__array_interface__["data"][0] % align + offset
+            self.kv_buffer = raw[at : at + n].view(np.float16).reshape(dims)
 
     def bytes(self):
         return self.kv_buffer.reshape(-1).view(np.uint8)
@@ -115,6 +130,25 @@ class HostPool:
 
     def _base(self):
         return self.kv_buffer.__array_interface__["data"][0]
+
+    def get_data_page(self, index, flat=True):
+        """SGLang's flat page (spec: token-sliced layouts slice tokens, the page layouts slice
+        the page), as C-order bytes: what its copy mode writes and reads."""
+        i, buf = index, self.kv_buffer
+        if self.mla:
+            part = {
+                "layer_first": lambda: buf[:, i : i + PAGE],
+                "page_first": lambda: buf[i : i + PAGE],
+                "page_first_direct": lambda: buf[i // PAGE],
+            }[self.layout]()
+        else:
+            part = {
+                "layer_first": lambda: buf[:, :, i : i + PAGE],
+                "page_first": lambda: buf[:, i : i + PAGE],
+                "page_first_direct": lambda: buf[:, i // PAGE],
+                "page_head": lambda: buf[:, i // PAGE],
+            }[self.layout]()
+        return np.ascontiguousarray(part).reshape(-1)
 
     def get_page_buffer_meta(self, indices):
         """SGLang's zero-copy pointers (page_first / page_first_direct only, as SGLang)."""
@@ -356,6 +390,249 @@ class TorchTensors(unittest.TestCase):
         pool.kv_buffer = pool.kv_buffer.cuda()
         with self.assertRaisesRegex(hicache.HiCacheError, "cuda"):
             backend.register_mem_pool_host(pool)
+
+
+def sglang_nixl_naming():
+    """SGLang's ``HiCacheNixl`` object naming, run from SGLang's own source.
+
+    ``hicache_nixl.py`` imports nixl and torch when loaded, so the code that names objects is
+    lifted from its syntax tree instead: ``_parse_storage_dirs``, the statements of
+    ``HiCacheNixl.__init__`` that set the key suffixes, and the methods ``_get_suffixed_key``
+    and ``_get_key_list_from_meta``. Paths come from its ``NixlFileManager`` (imported as it
+    is: it needs only SGLang's ``environ`` and ``nixl_routing`` modules).
+    """
+    path = os.path.join(_SOURCE, "sglang/srt/mem_cache/storage/nixl/hicache_nixl.py")
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    parse_dirs = next(
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_parse_storage_dirs"
+    )
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HiCacheNixl")
+    methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    naming_names = ("model_name", "tp_config_suffix", "config_suffix", "is_mla_model")
+
+    def names_a_suffix(stmt):
+        if isinstance(stmt, ast.Assign):
+            text = " ".join(ast.unparse(t) for t in stmt.targets)
+            return any(n in text for n in naming_names)
+        if isinstance(stmt, ast.If):
+            return any(names_a_suffix(s) for s in stmt.body + stmt.orelse)
+        return False
+
+    init = [ast.unparse(s) for s in methods["__init__"].body if names_a_suffix(s)]
+    source = "\n".join(
+        [ast.unparse(parse_dirs), "class Naming:", "    def __init__(self, storage_config):"]
+        + ["        " + line for stmt in init for line in stmt.splitlines()]
+        + [
+            "\n".join("    " + line for line in ast.unparse(methods[m]).splitlines())
+            for m in ("_get_suffixed_key", "_get_key_list_from_meta")
+        ]
+    )
+    scope = {"PoolName": PoolName, "List": typing.List, "Optional": typing.Optional, "os": os}
+    exec(compile(source, path, "exec"), scope)  # noqa: S102 - SGLang's own code, as shipped
+    return scope["_parse_storage_dirs"], scope["Naming"]
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write_file(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+class NixlInterop(unittest.TestCase):
+    """Pages cross between hicache (``naming = "sglang"``, ``page_format = "raw"``) and
+    SGLang's NIXL file backend in both directions, on disk.
+
+    SGLang's side is its own naming and routing code (see ``sglang_nixl_naming``) with the
+    bytes its transfers move: the pointers of ``get_page_buffer_meta`` in zero-copy mode, the
+    flat page of ``get_data_page`` in copy mode, ``0x01`` markers for an anchor pool. NIXL
+    itself is not run: it is not on the package index for CI's Python.
+    """
+
+    def setUp(self):
+        self.parse_dirs, self.Naming = sglang_nixl_naming()
+        self.parents = [tempfile.mkdtemp()]
+        if os.path.isdir("/dev/shm"):  # tmpfs: no O_DIRECT, which SGLang's rule ignores
+            self.parents.append(tempfile.mkdtemp(dir="/dev/shm"))
+
+    def tearDown(self):
+        import shutil
+
+        for p in self.parents:
+            shutil.rmtree(p, ignore_errors=True)
+
+    def sglang_zero_copy(self, pool, direct):
+        """HiCacheNixl.register_mem_pool_host's decision: its two page layouts, and under
+        O_DIRECT only a 4096-aligned base and page stride (``is_stride_page_aligned``)."""
+        if pool.kv_buffer is None or pool.layout not in ("page_first", "page_first_direct"):
+            return False
+        stride = LAYERS * PAGE * pool.row_bytes
+        return not direct or (pool._base() % 4096 == 0 and stride % 4096 == 0)
+
+    def sglang_objects(self, naming, pool, keys, pages, direct):
+        """(storage key, page bytes) of each object SGLang's batch_set_v1 would write."""
+        if pool.kv_buffer is None:
+            marker = b"\x01" * (4096 if direct else 1)
+            return [(naming._get_suffixed_key(k), marker) for k in keys]
+        if self.sglang_zero_copy(pool, direct):
+            ptrs, sizes = pool.get_page_buffer_meta(tokens(pages))
+            names = naming._get_key_list_from_meta(keys)
+            self.assertEqual(len(names), len(ptrs))
+            return [(n, ctypes.string_at(p, size)) for n, p, size in zip(names, ptrs, sizes)]
+        return [
+            (naming._get_suffixed_key(k), pool.get_data_page(p * PAGE).tobytes())
+            for k, p in zip(keys, pages)
+        ]
+
+    def cases(self):
+        """Every layout, MHA and MLA, and an anchor pool; buffered and O_DIRECT; a host pool
+        at a 4096-aligned base (zero-copy under SGLang's O_DIRECT rule) and one whose base is
+        only 64-aligned (copy mode under that rule)."""
+        for parent in self.parents:
+            for direct in (False, True):
+                for mla in (False, True):
+                    for layout in LAYOUTS + ("anchor",):
+                        for aligned in (True, False):
+                            if not (mla and layout == "page_head"):
+                                yield parent, direct, mla, layout, aligned
+
+    def open_both(self, parent, direct, mla, layout, aligned):
+        tag = f"{'mla' if mla else 'mha'}-{layout}-{int(direct)}-{int(aligned)}"
+        dirs = ",".join(os.path.join(parent, tag, d) for d in ("d0", "d1"))
+        cfg = config("", mla=mla, extra={
+            "storage_dir": dirs, "naming": "sglang", "page_format": "raw",
+            "use_direct_io": direct,
+        })
+        # Pages of 12 KiB (MHA halves, MLA pages) and flat pages of 24/12 KiB: sizes SGLang's
+        # NIXL writes under O_DIRECT too (it fails on lengths off the filesystem's alignment).
+        pool = HostPool(
+            "page_first" if layout == "anchor" else layout, mla=mla, heads=4, head_dim=128,
+            kv_cache_dim=512, base_at=(4096, 0 if aligned else 64),
+        )
+        if layout == "anchor":
+            pool.kv_buffer = None
+        # The caller closes it after each case: a POSIX backend holds a descriptor per
+        # bucket dir, 256 per storage dir.
+        backend = HiCacheBackend(cfg, {})
+        try:
+            backend.register_mem_pool_host(pool)
+        except BaseException:
+            backend.close()
+            raise
+        files = NixlFileManager(self.parse_dirs(dirs), use_direct_io=direct)
+        return pool, backend, self.Naming(cfg), files, tag
+
+    def test_sglang_reads_what_hicache_wrote(self):
+        for case in self.cases():
+            with self.subTest(case=case):
+                pool, backend, naming, files, tag = self.open_both(*case)
+                try:
+                    keys = [hashlib.sha256(f"{tag}-{p}".encode()).hexdigest() for p in range(3)]
+                    if pool.kv_buffer is not None:
+                        for p in range(3):
+                            fill_page(pool, p, seed=p + 11)
+                    self.assertEqual(backend.batch_set_v1(keys, tokens(range(3))), [True] * 3)
+                    for name, want in self.sglang_objects(naming, pool, keys, range(3), case[1]):
+                        path = files.get_file_path(name)
+                        self.assertTrue(os.path.exists(path), f"SGLang looks for {path}")
+                        self.assertEqual(read_file(path)[: len(want)], want, path)
+                finally:
+                    backend.close()
+
+    def test_hicache_reads_what_sglang_wrote(self):
+        for case in self.cases():
+            with self.subTest(case=case):
+                pool, backend, naming, files, tag = self.open_both(*case)
+                try:
+                    keys = [hashlib.sha256(f"s-{tag}-{p}".encode()).hexdigest() for p in range(3)]
+                    if pool.kv_buffer is not None:
+                        for p in range(3):
+                            fill_page(pool, p, seed=p + 21)
+                        written = [page_bytes(pool, p) for p in range(3)]
+                    for name, data in self.sglang_objects(naming, pool, keys, range(3), case[1]):
+                        write_file(files.get_file_path(name), data)
+                    self.assertEqual(backend.batch_exists(keys), 3)
+                    got = backend.batch_get_v1(keys + ["absent"], tokens(range(6, 10)))
+                    self.assertEqual(got, [True] * 3 + [False])
+                    if pool.kv_buffer is not None:
+                        for p in range(3):
+                            self.assertEqual(page_bytes(pool, 6 + p), written[p], f"page {p}")
+                finally:
+                    backend.close()
+
+    def test_pages_off_the_direct_io_alignment(self):
+        """A 576-byte MLA page: SGLang can store it only with buffered I/O (its O_DIRECT
+        write fails on that length), as an object of exactly 576 bytes. hicache reads it
+        with buffered I/O; under direct I/O it stores such pages padded to the alignment
+        (SGLang reads their first 576 bytes) and takes SGLang's exact-size ones for a size
+        mismatch: a miss, never wrong bytes."""
+        parent = self.parents[0]
+        for direct in (False, True):
+            with self.subTest(direct=direct):
+                dirs = os.path.join(parent, f"odd-{int(direct)}")
+                cfg = config("", mla=True, extra={
+                    "storage_dir": dirs, "naming": "sglang", "page_format": "raw",
+                    "use_direct_io": direct,
+                })
+                # layer_first: SGLang copies it whatever the I/O, so both name it alike.
+                pool = HostPool("layer_first", mla=True)
+                backend = HiCacheBackend(cfg, {})
+                self.addCleanup(backend.close)
+                backend.register_mem_pool_host(pool)
+                files = NixlFileManager(self.parse_dirs(dirs), use_direct_io=False)
+                naming = self.Naming(cfg)
+                fill_page(pool, 0, seed=5)
+                want = page_bytes(pool, 0)
+                key = hashlib.sha256(f"odd-{direct}".encode()).hexdigest()
+                buffered = HostPool("layer_first", mla=True)
+                buffered.kv_buffer[:] = pool.kv_buffer
+                objects = self.sglang_objects(naming, buffered, [key], [0], direct=False)
+                for name, data in objects:
+                    self.assertEqual(len(data), 576)
+                    write_file(files.get_file_path(name), data)
+                got = backend.batch_get_v1([key], tokens([5]))
+                self.assertEqual(got, [not direct])
+                if direct:
+                    self.assertEqual(backend.stats()["pages_invalid"], 1, "a size mismatch")
+                    self.assertNotEqual(page_bytes(pool, 5), want)
+                else:
+                    self.assertEqual(page_bytes(pool, 5), want)
+                mine = hashlib.sha256(f"odd-hicache-{direct}".encode()).hexdigest()
+                self.assertEqual(backend.batch_set_v1([mine], tokens([0])), [True])
+                stored = read_file(files.get_file_path(naming._get_suffixed_key(mine)))
+                self.assertEqual(stored[:576], want)
+                self.assertEqual(len(stored) > 576, direct, "padded under direct I/O only")
+
+    def test_names_up_to_name_max(self):
+        """SGLang's names run to NAME_MAX (255 bytes): a long model name fills a `_k`/`_v`
+        name to exactly 255, which both sides store; a byte more is refused for that page."""
+        key = "e" * 64
+        for extra, ok in ((0, True), (1, False)):
+            with self.subTest(extra=extra):
+                dirs = os.path.join(self.parents[0], f"long-{extra}")
+                # key + "_" + model + "_0_1" + "_k" = 255 bytes
+                model = "m" * (255 - len(key) - len("_") - len("_0_1") - len("_k") + extra)
+                cfg = config("", extra={"storage_dir": dirs, "naming": "sglang",
+                                        "page_format": "raw", "use_direct_io": False})
+                cfg.model_name = model
+                pool = HostPool("page_first")
+                backend = HiCacheBackend(cfg, {})
+                self.addCleanup(backend.close)
+                backend.register_mem_pool_host(pool)
+                fill_page(pool, 0, seed=1)
+                self.assertEqual(backend.batch_set_v1([key], tokens([0])), [ok])
+                if ok:
+                    naming = self.Naming(cfg)
+                    files = NixlFileManager(self.parse_dirs(dirs), use_direct_io=False)
+                    for name in naming._get_key_list_from_meta([key]):
+                        self.assertEqual(len(name), 255)
+                        self.assertTrue(os.path.exists(files.get_file_path(name)), name)
+                    self.assertEqual(backend.batch_get_v1([key], tokens([3])), [True])
+                    self.assertEqual(page_bytes(pool, 3), page_bytes(pool, 0))
 
 
 class Refusals(unittest.TestCase):

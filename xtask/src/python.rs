@@ -9,11 +9,15 @@ use crate::{root, step};
 
 /// The SGLang release whose storage interface the package implements.
 const SGLANG: &str = "0.5.23";
-/// The files of SGLang's wheel the tests import: its storage base classes and what they
-/// import besides torch (standard library only).
+/// The files of SGLang's wheel the tests use: its storage base classes and what they import
+/// besides torch (standard library only), its NIXL backend's file naming and routing, and the
+/// NIXL backend itself (read as source for its naming code, never imported).
 const SGLANG_FILES: &[&str] = &[
     "sglang/srt/mem_cache/hicache_storage.py",
     "sglang/srt/environ.py",
+    "sglang/srt/mem_cache/storage/nixl/nixl_utils.py",
+    "sglang/srt/mem_cache/storage/nixl/nixl_routing.py",
+    "sglang/srt/mem_cache/storage/nixl/hicache_nixl.py",
 ];
 const MATURIN: &str = "maturin==1.16.0";
 
@@ -81,7 +85,9 @@ pub(crate) fn python(args: &[String]) -> Result<(), String> {
 /// wheel is downloaded once, without dependencies).
 fn sglang_sources(py: &Path, target: &Path) -> Result<PathBuf, String> {
     let dir = target.join(format!("sglang-{SGLANG}"));
-    if dir.join(".unpacked").exists() {
+    // The marker lists what was unpacked, so a longer list unpacks again.
+    let unpacked = SGLANG_FILES.join("\n");
+    if std::fs::read_to_string(dir.join(".unpacked")).is_ok_and(|s| s == unpacked) {
         return Ok(dir);
     }
     let download = target.join("sglang-wheel");
@@ -110,7 +116,7 @@ fn sglang_sources(py: &Path, target: &Path) -> Result<PathBuf, String> {
         .arg(&dir)
         .args(SGLANG_FILES);
     step("unpack SGLang's storage modules", unpack)?;
-    std::fs::write(dir.join(".unpacked"), b"").map_err(|e| e.to_string())?;
+    std::fs::write(dir.join(".unpacked"), unpacked).map_err(|e| e.to_string())?;
     Ok(dir)
 }
 

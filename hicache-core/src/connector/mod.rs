@@ -13,7 +13,7 @@ mod mode;
 mod options;
 mod plan;
 
-pub use mode::{TransferMode, choose_mode, decide_mode};
+pub use mode::{ModeRule, TransferMode, choose_mode, decide_mode};
 pub use options::{
     HiCacheOptions, HostSlots, PayloadCheck, PoolReport, STORAGE_BATCH_SIZE, SetOutcome, Stats,
 };
@@ -168,10 +168,11 @@ impl HiCache {
         let capability = self.info.capability;
         let naming = self.config.naming.value;
         let format = self.config.page_format.value;
+        let rule = ModeRule::of(&self.config, &self.info);
         let (mode, reason) = choose_mode(
             &geometry,
             memory.as_ref().map(|m| m.addr() as u64),
-            &capability,
+            &self.info,
             &self.config,
         );
         let device = memory.as_ref().is_some_and(|m| m.kind() != MemKind::Host);
@@ -219,11 +220,11 @@ impl HiCache {
         } else {
             0
         };
-        // A raw marker is what SGLang writes: 1 byte, or 4096 under direct I/O.
+        // A raw marker is what SGLang writes: 1 byte, or 4096 when it aligns pages for
+        // direct I/O (and never less than one aligned block).
         let marker_len = match format {
             PageFormat::Envelope => 1,
-            PageFormat::Raw if capability.direct_io => align.max(mode::SGLANG_DIRECT_IO_ALIGN),
-            PageFormat::Raw => 1,
+            PageFormat::Raw => align.max(rule.raw_marker_len()),
         };
         let payload_len = match mode {
             TransferMode::ZeroCopy => {

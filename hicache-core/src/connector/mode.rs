@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::backend::Capability;
+use crate::backend::{BackendInfo, BackendKind, Capability};
 use crate::config::{Config, TransferChoice};
 use crate::key::NamingScheme;
 use crate::pool::{Layout, PoolGeometry};
@@ -31,15 +31,55 @@ impl fmt::Display for TransferMode {
     }
 }
 
-/// The transfer mode `config` gets for a pool: [`decide_mode`] under the config's naming,
-/// turned into bounce when `transfer_mode = bounce`.
+/// Whose rule decides a pool's transfer mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModeRule {
+    /// hicache naming: zero-copy wherever the backend's real direct-I/O alignment allows it.
+    Hicache,
+    /// SGLang naming: the rule of SGLang's NIXL backend, so that each side finds the other's
+    /// objects.
+    Sglang {
+        /// SGLang's `needs_page_alignment`: the config asks for direct I/O and the plugin
+        /// stores files. It holds whether or not the filesystem honours O_DIRECT (on tmpfs
+        /// SGLang falls back to buffered I/O and keeps the rule), and whenever the backend
+        /// does direct I/O.
+        page_aligned: bool,
+    },
+}
+
+impl ModeRule {
+    /// The rule `config` sets for the backend `info` describes.
+    pub fn of(config: &Config, info: &BackendInfo) -> Self {
+        match config.naming.value {
+            NamingScheme::Hicache => ModeRule::Hicache,
+            NamingScheme::Sglang => ModeRule::Sglang {
+                page_aligned: info.capability.direct_io
+                    || (config.use_direct_io.value && info.kind == BackendKind::File),
+            },
+        }
+    }
+
+    /// The length of a raw anchor marker as SGLang writes and reads it: 4096 bytes when it
+    /// aligns pages, 1 otherwise (hicache's own rule asks 1; the connector rounds up to one
+    /// aligned block).
+    pub(super) fn raw_marker_len(self) -> u64 {
+        match self {
+            ModeRule::Sglang { page_aligned: true } => SGLANG_DIRECT_IO_ALIGN,
+            _ => 1,
+        }
+    }
+}
+
+/// The transfer mode `config` gets for a pool on the backend `info` describes: [`decide_mode`]
+/// under the config's [`ModeRule`], turned into bounce when `transfer_mode = bounce`.
 pub fn choose_mode(
     geometry: &PoolGeometry,
     base: Option<u64>,
-    capability: &Capability,
+    info: &BackendInfo,
     config: &Config,
 ) -> (TransferMode, String) {
-    match decide_mode(geometry, base, capability, config.naming.value) {
+    let rule = ModeRule::of(config, info);
+    match decide_mode(geometry, base, &info.capability, rule) {
         (TransferMode::ZeroCopy, _) if config.transfer_mode.value == TransferChoice::Bounce => (
             TransferMode::Bounce,
             format!(
@@ -54,15 +94,16 @@ pub fn choose_mode(
 /// Decides the transfer mode of a pool whose memory starts at `base` (`None`: anchor pool).
 ///
 /// Zero-copy needs every span (base and length) aligned to the backend's direct-I/O alignment
-/// and few enough spans per object. SGLang naming decides as SGLang's NIXL backend does, so
-/// each side finds the other's objects: only `page_first` and `page_first_direct` pools move
-/// zero-copy (as `_k`/`_v` objects; SGLang stores other layouts as one flat page), and under
-/// direct I/O by SGLang's fixed 4096-byte rule rather than the filesystem's alignment.
+/// and few enough spans per object. [`ModeRule::Sglang`] decides as SGLang's NIXL backend
+/// does, so each side finds the other's objects: only `page_first` and `page_first_direct`
+/// pools move zero-copy (as `_k`/`_v` objects; SGLang stores other layouts as one flat page),
+/// and when direct I/O is asked for, only pools whose base and page stride meet SGLang's fixed
+/// 4096-byte rule, whatever the filesystem's alignment.
 pub fn decide_mode(
     geometry: &PoolGeometry,
     base: Option<u64>,
     capability: &Capability,
-    naming: NamingScheme,
+    rule: ModeRule,
 ) -> (TransferMode, String) {
     let Some(base) = base else {
         return (
@@ -73,7 +114,7 @@ pub fn decide_mode(
     };
     let mut align = effective_alignment(capability);
     let spans = geometry.spans_per_page();
-    if naming == NamingScheme::Sglang {
+    if let ModeRule::Sglang { page_aligned } = rule {
         if !matches!(
             geometry.layout(),
             Layout::PageFirst | Layout::PageFirstDirect
@@ -86,7 +127,7 @@ pub fn decide_mode(
                 ),
             );
         }
-        if capability.direct_io {
+        if page_aligned {
             align = align.max(SGLANG_DIRECT_IO_ALIGN);
         }
     }
@@ -102,10 +143,14 @@ pub fn decide_mode(
         );
     }
     if !geometry.spans_aligned(base, align) {
+        let needs = match rule {
+            ModeRule::Sglang { page_aligned: true } => "SGLang's direct-I/O rule needs",
+            _ => "direct I/O needs",
+        };
         return (
             TransferMode::Bounce,
             format!(
-                "direct I/O needs {align}-byte alignment but the pool base {base:#x} or its span length {} is not a multiple of it",
+                "{needs} {align}-byte alignment but the pool base {base:#x} or its span length {} is not a multiple of it",
                 geometry.span_len()
             ),
         );

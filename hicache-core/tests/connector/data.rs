@@ -8,7 +8,7 @@ use hicache_core::raw::Capability;
 use hicache_core::raw::envelope::Header;
 use hicache_core::{
     AnchorPool, ConfigLoader, HiCache, HiCacheOptions, HostPool, HostSlots, Layout, MemoryBackend,
-    MissReason, MmapPool, NamingScheme, ReadOutcome, SetOutcome, StorageIdentity, TransferMode,
+    MissReason, MmapPool, ModeRule, ReadOutcome, SetOutcome, StorageIdentity, TransferMode,
     decide_mode,
 };
 
@@ -159,6 +159,69 @@ async fn round_trip_every_layout_and_mode_with_guards() {
     }
 }
 
+/// SGLang's rule where the capability shows whether direct I/O was asked for.
+fn sglang(capability: &Capability) -> ModeRule {
+    ModeRule::Sglang {
+        page_aligned: capability.direct_io,
+    }
+}
+
+/// A FILE store without O_DIRECT while the config asks for direct I/O (tmpfs before Linux
+/// 6.6): SGLang keeps its 4096-byte rule there, so SGLang naming keeps it too — a stride of
+/// 3 tokens (3 KiB) bounces as one flat page, and raw anchor markers are 4096 bytes.
+#[tokio::test]
+async fn sglang_naming_keeps_its_rule_on_file_stores_without_o_direct() {
+    for (direct, want, marker) in [
+        ("true", TransferMode::Bounce, 4096),
+        ("false", TransferMode::ZeroCopy, 1),
+    ] {
+        let backend = Arc::new(MemoryBackend::new().as_file_store());
+        let settings = [
+            ("naming", "sglang"),
+            ("page_format", "raw"),
+            ("use_direct_io", direct),
+        ];
+        let cache = connector(backend.clone(), &settings, StorageIdentity::single("m"));
+        let pool = Arc::new(MmapPool::new(mha(Layout::PageFirst, 3)).unwrap());
+        let report = cache.register_pool(pool.clone()).unwrap();
+        assert_eq!(
+            report.mode, want,
+            "use_direct_io {direct}: {}",
+            report.reason
+        );
+        let ks = keys("f", 2);
+        let written = fill(&pool, 0, 3);
+        let set = cache
+            .batch_set(&ks[..1], HostSlots::Pages(&[0]))
+            .await
+            .unwrap();
+        assert!(matches!(set[0], Ok(SetOutcome::Written)), "{set:?}");
+        let names = cache.object_names(&ks[0]).unwrap();
+        let parts = if want == TransferMode::ZeroCopy { 2 } else { 1 };
+        assert_eq!(names.len(), parts, "{names:?}");
+        let got = cache
+            .batch_get(&ks[..1], HostSlots::Pages(&[4]))
+            .await
+            .unwrap();
+        assert!(matches!(got[0], Ok(ReadOutcome::Hit)), "{got:?}");
+        assert_eq!(page_bytes(&pool, 4), written);
+
+        let cache = connector(backend.clone(), &settings, StorageIdentity::single("m"));
+        let anchor = AnchorPool::new(mha(Layout::PageFirst, 3)).unwrap();
+        cache.register_pool(Arc::new(anchor)).unwrap();
+        let set = cache
+            .batch_set(&ks[1..], HostSlots::Pages(&[0]))
+            .await
+            .unwrap();
+        assert!(matches!(set[0], Ok(SetOutcome::Written)), "{set:?}");
+        let name = cache.object_names(&ks[1]).unwrap()[0].clone();
+        assert_eq!(
+            backend.raw_object(name.as_str()).unwrap(),
+            vec![1u8; marker]
+        );
+    }
+}
+
 #[tokio::test]
 async fn mode_decisions_use_the_real_alignment() {
     let g = mha(Layout::PageFirst, 16);
@@ -167,65 +230,75 @@ async fn mode_decisions_use_the_real_alignment() {
     aligned.io_alignment = 4096;
     aligned.max_segments = 64;
     assert_eq!(
-        decide_mode(&g, None, &aligned, NamingScheme::Hicache).0,
+        decide_mode(&g, None, &aligned, ModeRule::Hicache).0,
         TransferMode::Anchor
     );
     assert_eq!(
-        decide_mode(&g, Some(0), &aligned, NamingScheme::Hicache).0,
+        decide_mode(&g, Some(0), &aligned, ModeRule::Hicache).0,
         TransferMode::ZeroCopy
     );
-    let (mode, why) = decide_mode(&g, Some(512), &aligned, NamingScheme::Hicache);
+    let (mode, why) = decide_mode(&g, Some(512), &aligned, ModeRule::Hicache);
     assert_eq!(mode, TransferMode::Bounce);
     assert!(why.contains("4096-byte alignment"), "{why}");
     // The same base is fine on a storage that reports 512-byte alignment (ext4 here).
     let mut ext4 = aligned;
     ext4.io_alignment = 512;
     assert_eq!(
-        decide_mode(&g, Some(512), &ext4, NamingScheme::Hicache).0,
+        decide_mode(&g, Some(512), &ext4, ModeRule::Hicache).0,
         TransferMode::ZeroCopy
     );
     // Without direct I/O alignment does not matter.
     let mut buffered = aligned;
     buffered.direct_io = false;
     assert_eq!(
-        decide_mode(&g, Some(3), &buffered, NamingScheme::Hicache).0,
+        decide_mode(&g, Some(3), &buffered, ModeRule::Hicache).0,
         TransferMode::ZeroCopy
     );
     // layer_first: zero-copy when aligned, bounce under SGLang naming or too many spans.
     let lf = mha(Layout::LayerFirst, 16);
     assert_eq!(
-        decide_mode(&lf, Some(0), &aligned, NamingScheme::Hicache).0,
+        decide_mode(&lf, Some(0), &aligned, ModeRule::Hicache).0,
         TransferMode::ZeroCopy
     );
     assert_eq!(
-        decide_mode(&lf, Some(0), &aligned, NamingScheme::Sglang).0,
+        decide_mode(&lf, Some(0), &aligned, sglang(&aligned)).0,
         TransferMode::Bounce
     );
     // SGLang naming decides as SGLang does: page_head stays a flat page, and under direct
     // I/O a base 512-aligned on a 512-byte filesystem is not enough (SGLang asks 4096).
     let ph = mha(Layout::PageHead, 16);
     assert_eq!(
-        decide_mode(&ph, Some(0), &aligned, NamingScheme::Hicache).0,
+        decide_mode(&ph, Some(0), &aligned, ModeRule::Hicache).0,
         TransferMode::ZeroCopy
     );
-    let (mode, why) = decide_mode(&ph, Some(0), &aligned, NamingScheme::Sglang);
+    let (mode, why) = decide_mode(&ph, Some(0), &aligned, sglang(&aligned));
     assert_eq!(mode, TransferMode::Bounce);
     assert!(why.contains("page_head"), "{why}");
     assert_eq!(
-        decide_mode(&g, Some(512), &ext4, NamingScheme::Sglang).0,
+        decide_mode(&g, Some(512), &ext4, sglang(&ext4)).0,
         TransferMode::Bounce
     );
     assert_eq!(
-        decide_mode(&g, Some(4096), &ext4, NamingScheme::Sglang).0,
+        decide_mode(&g, Some(4096), &ext4, sglang(&ext4)).0,
         TransferMode::ZeroCopy
     );
     assert_eq!(
-        decide_mode(&g, Some(3), &buffered, NamingScheme::Sglang).0,
+        decide_mode(&g, Some(3), &buffered, sglang(&buffered)).0,
         TransferMode::ZeroCopy
     );
+    // Direct I/O asked for on a filesystem without O_DIRECT (tmpfs): SGLang keeps its rule,
+    // so SGLang naming does too, or the two would name the same page differently.
+    let (mode, why) = decide_mode(
+        &g,
+        Some(3),
+        &buffered,
+        ModeRule::Sglang { page_aligned: true },
+    );
+    assert_eq!(mode, TransferMode::Bounce);
+    assert!(why.contains("SGLang's direct-I/O rule needs 4096"), "{why}");
     let mut few = aligned;
     few.max_segments = 4;
-    let (mode, why) = decide_mode(&lf, Some(0), &few, NamingScheme::Hicache);
+    let (mode, why) = decide_mode(&lf, Some(0), &few, ModeRule::Hicache);
     assert_eq!(mode, TransferMode::Bounce);
     assert!(why.contains("segments"), "{why}");
 }

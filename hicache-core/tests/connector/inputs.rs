@@ -7,8 +7,8 @@ use crate::{PAGES, connector, keys, mha};
 use hicache_core::raw::Capability;
 use hicache_core::{
     ConfigLoader, Dtype, Error, HiCache, HiCacheOptions, HostPool, HostSlots, Layout,
-    MemoryBackend, MmapPool, NamingScheme, PoolGeometry, StorageIdentity, TransferMode,
-    decide_mode, scatter_page,
+    MemoryBackend, MmapPool, ModeRule, PoolGeometry, StorageIdentity, TransferMode, decide_mode,
+    scatter_page,
 };
 
 #[tokio::test]
@@ -155,11 +155,11 @@ fn segment_limits_decide_at_spans_plus_one() {
     let spans = g.spans_per_page();
     let mut cap = Capability::default();
     cap.max_segments = u32::try_from(spans + 1).unwrap();
-    let (mode, why) = decide_mode(&g, Some(0), &cap, NamingScheme::Hicache);
+    let (mode, why) = decide_mode(&g, Some(0), &cap, ModeRule::Hicache);
     assert_eq!(mode, TransferMode::ZeroCopy, "{why}");
     cap.max_segments -= 1;
     assert_eq!(
-        decide_mode(&g, Some(0), &cap, NamingScheme::Hicache).0,
+        decide_mode(&g, Some(0), &cap, ModeRule::Hicache).0,
         TransferMode::Bounce
     );
 }

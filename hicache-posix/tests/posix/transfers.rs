@@ -305,3 +305,92 @@ async fn ten_thousand_pages_in_one_call() {
         }
     }
 }
+
+/// SGLang naming on tmpfs with and without direct I/O asked for. tmpfs takes O_DIRECT only
+/// since Linux 6.6; SGLang keeps its 4096-byte rule either way (where O_DIRECT fails it falls
+/// back to buffered I/O and still aligns), so hicache must too, or the same page would be a
+/// `_k`/`_v` pair on one side and a flat page on the other, and a 1-byte marker where SGLang
+/// reads 4096. The connector test `sglang_naming_keeps_its_rule_on_file_stores_without_o_direct`
+/// covers a store that has no O_DIRECT on any kernel.
+#[tokio::test]
+async fn sglang_naming_keeps_sglangs_direct_io_rule_where_o_direct_is_missing() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("skipped: no /dev/shm (tmpfs) on this machine");
+        return;
+    }
+    for direct in [true, false] {
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let config = ConfigLoader::new()
+            .set("storage_dir", dir.path().display().to_string())
+            .set("use_direct_io", direct)
+            .set("plugin", "posix")
+            .set("naming", "sglang")
+            .set("page_format", "raw")
+            .load()
+            .unwrap();
+        let registry =
+            hicache_core::PluginRegistry::from_descriptors([&hicache_posix::DESCRIPTOR]).unwrap();
+        let open = || {
+            HiCache::open(
+                &registry,
+                config.clone(),
+                HiCacheOptions::new(StorageIdentity::single("org/m")),
+            )
+            .unwrap()
+        };
+        // 3 tokens: a 3072-byte page stride, not a multiple of 4096; 4 tokens: 4096.
+        for (tokens, zero_copy) in [(3, !direct), (4, true)] {
+            let cache = open();
+            let pool = Arc::new(MmapPool::new(geometry(Layout::PageFirst, tokens, mha())).unwrap());
+            let report = cache.register_pool(pool.clone()).unwrap();
+            let want = if zero_copy {
+                TransferMode::ZeroCopy
+            } else {
+                TransferMode::Bounce
+            };
+            assert_eq!(
+                report.mode, want,
+                "direct {direct} tokens {tokens}: {report:?}"
+            );
+            if !zero_copy {
+                assert!(
+                    report.reason.contains("SGLang's direct-I/O rule"),
+                    "{report:?}"
+                );
+            }
+            let ks = keys(&format!("t{tokens}-"), 2);
+            let data = fill(&pool, 0, tokens as u8);
+            fill(&pool, 1, 7);
+            let set = cache
+                .batch_set(&ks, HostSlots::Pages(&[0, 1]))
+                .await
+                .unwrap();
+            assert!(set.iter().all(|r| r.is_ok()), "{set:?}");
+            let names = cache.object_names(&ks[0]).unwrap();
+            assert_eq!(names.len(), if zero_copy { 2 } else { 1 }, "{names:?}");
+            let got = cache
+                .batch_get(&ks, HostSlots::Pages(&[5, 6]))
+                .await
+                .unwrap();
+            assert!(
+                got.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit))),
+                "{got:?}"
+            );
+            assert_eq!(page(&pool, 5), data);
+        }
+        // The anchor marker: SGLang reads 4096 bytes when it aligns, 1 otherwise.
+        let cache = open();
+        let anchor = hicache_core::AnchorPool::new(geometry(Layout::PageFirst, 4, mha())).unwrap();
+        cache.register_pool(Arc::new(anchor)).unwrap();
+        let ks = keys("anchor-", 1);
+        let set = cache.batch_set(&ks, HostSlots::Pages(&[0])).await.unwrap();
+        assert!(set[0].is_ok(), "{set:?}");
+        let marker = walk(dir.path())
+            .into_iter()
+            .find(|p| p.to_string_lossy().contains("anchor-"))
+            .unwrap();
+        let len = std::fs::metadata(&marker).unwrap().len();
+        assert_eq!(len, if direct { 4096 } else { 1 }, "direct {direct}");
+    }
+}

@@ -11,7 +11,7 @@ SGLang builds the class as ``HiCacheBackend(storage_config, kwargs)``, registers
 pool, then calls ``batch_exists``, ``batch_get_v1`` and ``batch_set_v1`` (at most 128 pages a
 call) from its prefetch, prefetch-I/O and backup threads at once. Every call lets go of the
 GIL while its I/O runs. The extra config is read by hicache's own strict rules: its keys
-(``storage_dir``, ``plugin``, ``direct_io``, ``naming``, ...) configure hicache; SGLang's
+(``storage_dir``, ``plugin``, ``use_direct_io``, ``naming``, ...) configure hicache; SGLang's
 routing and engine keys are accepted and not passed on; anything else is an error that names
 the closest key.
 """
