@@ -123,7 +123,8 @@ pub async fn run(
     let dirs = dirs_step(config, &missing, &probed);
     let backend = selected.and_then(|(registry, selection)| {
         spinner.set_message(format!("doctor: opening {}", selection.plugin.name));
-        match registry.build(config, &selection) {
+        // The round trip must not start evicting pages from the dirs it checks.
+        match registry.build(&config.without_cleaner("hicache doctor"), &selection) {
             Ok(backend) => Some(backend),
             Err(e) => {
                 plugins.fail(
@@ -238,9 +239,74 @@ fn dirs_step(config: &Config, missing: &[PathBuf], probed: &[Considered]) -> Ste
         check_dir(&mut step, dir, config.use_direct_io.value, probed);
         check_private(&mut step, dir);
         check_contents(&mut step, dir);
+        check_cleaner(&mut step, dir, config);
     }
     step
 }
+
+/// Whether the dir's capacity cleaner runs, in which process, and what its last pass did.
+#[cfg(feature = "posix")]
+fn check_cleaner(step: &mut Step, dir: &Path, config: &Config) {
+    let enabled = config.cleaner_enabled.value;
+    match hicache::posix::cleaner_of(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => step.warn(
+            format!(
+                "{}: the cleaner's record cannot be read: {e}",
+                dir.display()
+            ),
+            format!(
+                "check the permissions of {}",
+                dir.join(hicache::posix::CLEANER_FILE).display()
+            ),
+        ),
+        Ok(seen) => {
+            let who = seen
+                .record
+                .as_ref()
+                .map_or_else(|| "an unknown process".to_string(), |r| r.owner.clone());
+            let last = match seen.record.as_ref().and_then(|r| r.last_pass.as_ref()) {
+                None => "no pass recorded".to_string(),
+                Some(p) => format!(
+                    "last pass at {} (unix s): needed {} bytes, evicted {} pages ({} files, {} bytes) in {} ms{}{}",
+                    p.ended_unix_s,
+                    p.need_bytes,
+                    p.pages,
+                    p.files,
+                    p.bytes,
+                    p.duration_ms,
+                    if p.stopped_at_recent {
+                        "; stopped at pages used within l3_cleaner_min_age_s"
+                    } else {
+                        ""
+                    },
+                    p.error
+                        .as_ref()
+                        .map(|e| format!("; error: {e}"))
+                        .unwrap_or_default(),
+                ),
+            };
+            if seen.running {
+                step.details
+                    .push(format!("{}: cleaner runs in {who}; {last}", dir.display()));
+            } else if enabled {
+                step.details.push(format!(
+                    "{}: no cleaner runs now (l3_cleaner_enabled is true: the first engine to open the dir runs it); {last}",
+                    dir.display()
+                ));
+            } else {
+                step.details.push(format!(
+                    "{}: no cleaner runs (l3_cleaner_enabled is false, from {}); the dir grows until writes fail",
+                    dir.display(),
+                    config.cleaner_enabled.source
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(not(feature = "posix"))]
+fn check_cleaner(_step: &mut Step, _dir: &Path, _config: &Config) {}
 
 /// Pages come from users' prompts: a storage dir that others can read or write is a warning.
 fn check_private(step: &mut Step, dir: &Path) {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use hicache::Result;
+use hicache::capacity::{Candidate, CleanerScope, Group, eviction_order};
 use hicache::raw::{ListWalk, Namespace, StorageBackend, Usage};
 use serde::Serialize;
 
@@ -24,15 +25,24 @@ pub struct NamespaceUsage {
     pub oldest_age_s: Option<u64>,
     /// Age of the newest, in seconds, likewise.
     pub newest_age_s: Option<u64>,
+    /// Seconds since the least recently used was last read or written, when the storage
+    /// records reads (POSIX: access times) or writes.
+    pub oldest_use_age_s: Option<u64>,
+    /// Seconds since the most recently used was, likewise.
+    pub newest_use_age_s: Option<u64>,
 }
 
 impl NamespaceUsage {
-    fn add(&mut self, bytes: u64, age_s: Option<u64>) {
+    fn add(&mut self, bytes: u64, age_s: Option<u64>, use_age_s: Option<u64>) {
         self.objects += 1;
         self.bytes = self.bytes.saturating_add(bytes);
         if let Some(age) = age_s {
             self.oldest_age_s = Some(self.oldest_age_s.map_or(age, |o| o.max(age)));
             self.newest_age_s = Some(self.newest_age_s.map_or(age, |n| n.min(age)));
+        }
+        if let Some(age) = use_age_s {
+            self.oldest_use_age_s = Some(self.oldest_use_age_s.map_or(age, |o| o.max(age)));
+            self.newest_use_age_s = Some(self.newest_use_age_s.map_or(age, |n| n.min(age)));
         }
     }
 }
@@ -52,14 +62,22 @@ pub struct UsageReport {
     pub total: NamespaceUsage,
     /// By namespace, most bytes first.
     pub namespaces: Vec<NamespaceUsage>,
+    /// The pages a cleaner with this scope would evict first, least recently used first
+    /// (at most [`NEXT_TO_EVICT`]; all objects of a page together).
+    pub next_to_evict: Vec<Group>,
 }
 
-/// Capacity figures and every object `backend` lists under `prefix`, `page` per listing call.
-/// A plugin that cannot list is the error it returns ([`hicache::Error::Unsupported`]).
+/// How many pages [`UsageReport::next_to_evict`] lists.
+pub const NEXT_TO_EVICT: usize = 10;
+
+/// Capacity figures and every object `backend` lists under `prefix`, `page` per listing call,
+/// and the pages a cleaner of `scope` would evict first. A plugin that cannot list is the
+/// error it returns ([`hicache::Error::Unsupported`]).
 pub async fn usage(
     backend: &dyn StorageBackend,
     prefix: &str,
     page: usize,
+    scope: CleanerScope,
     show_progress: bool,
 ) -> Result<UsageReport> {
     let info = backend.info();
@@ -68,23 +86,35 @@ pub async fn usage(
     let now = SystemTime::now();
     let mut total = NamespaceUsage::default();
     let mut by_ns: BTreeMap<Option<String>, NamespaceUsage> = BTreeMap::new();
+    let mut candidates = Vec::new();
     let mut walk = ListWalk::new(backend, prefix, page);
     let walked: Result<()> = async {
         while let Some(objects) = walk.next_page().await? {
             for object in &objects {
                 // A clock set back shows as age 0, not as an error.
-                let age = object
-                    .modified
-                    .map(|m| now.duration_since(m).unwrap_or_default().as_secs());
-                let ns = Namespace::suffix_of(object.key.as_str()).map(str::to_ascii_lowercase);
-                total.add(object.size, age);
+                let age_of = |t: SystemTime| now.duration_since(t).unwrap_or_default().as_secs();
+                let age = object.modified.map(age_of);
+                let use_age = object.last_used().map(age_of);
+                let name = object.key.as_str();
+                let ns = Namespace::suffix_of(hicache::capacity::page_group(name))
+                    .map(str::to_ascii_lowercase);
+                if scope.covers(name) {
+                    candidates.push(Candidate {
+                        dir: 0,
+                        name: name.to_string(),
+                        bytes: object.size,
+                        last_used: object.last_used().unwrap_or(SystemTime::UNIX_EPOCH),
+                        token: 0,
+                    });
+                }
+                total.add(object.size, age, use_age);
                 by_ns
                     .entry(ns.clone())
                     .or_insert_with(|| NamespaceUsage {
                         namespace: ns,
                         ..NamespaceUsage::default()
                     })
-                    .add(object.size, age);
+                    .add(object.size, age, use_age);
             }
             spinner.set_message(format!("{} objects", total.objects));
         }
@@ -102,5 +132,9 @@ pub async fn usage(
         prefix: prefix.to_string(),
         total,
         namespaces,
+        next_to_evict: eviction_order(candidates)
+            .into_iter()
+            .take(NEXT_TO_EVICT)
+            .collect(),
     })
 }

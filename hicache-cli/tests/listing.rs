@@ -150,6 +150,14 @@ fn scrub_and_usage_work_on_obj_through_its_listing() {
         ours["oldest_age_s"].is_u64(),
         "local files have ages: {usage}"
     );
+    // The cleaner's order over the pages in its default scope: ours, not `notes.txt`.
+    let next = usage["next_to_evict"].as_array().unwrap();
+    assert_eq!(next.len(), 6, "{usage}");
+    assert!(
+        next.iter()
+            .all(|g| g["page"].as_str().unwrap().ends_with(namespace.as_str())),
+        "{usage}"
+    );
     let other = namespaces
         .iter()
         .find(|n| n["namespace"].is_null())
@@ -282,7 +290,13 @@ fn a_plugin_that_cannot_list_or_lists_forever_is_a_typed_error() {
             stuck,
         };
         let scrubbed = rt.block_on(scrub_backend(&backend, &ListScrubOptions::default()));
-        let usage = rt.block_on(hicache_cli::usage::usage(&backend, "", 10, false));
+        let usage = rt.block_on(hicache_cli::usage::usage(
+            &backend,
+            "",
+            10,
+            hicache::capacity::CleanerScope::Hicache,
+            false,
+        ));
         for err in [scrubbed.unwrap_err(), usage.unwrap_err()] {
             let text = err.to_string();
             assert!(text.contains("BADLIST"), "{text}");

@@ -258,6 +258,7 @@ fn store_pages(dir: &Path, n: u64) -> (Vec<PathBuf>, String) {
         queue_depth: 64,
         sync: hicache::posix::SyncMode::None,
         spare_bytes: 1 << 30,
+        cleaner: None,
         file_mode: 0o600,
         dir_mode: 0o700,
     })

@@ -306,6 +306,9 @@ pub struct Listed {
     pub size: u64,
     /// When it was last written, when the storage knows.
     pub modified: Option<std::time::SystemTime>,
+    /// When it was last read, when the storage records it (POSIX: the file's access time,
+    /// which a running cleaner keeps up to date for pages hicache reads).
+    pub accessed: Option<std::time::SystemTime>,
 }
 
 impl Listed {
@@ -315,7 +318,19 @@ impl Listed {
             key,
             size,
             modified,
+            accessed: None,
         }
+    }
+
+    /// The same, last read at `accessed`.
+    pub fn with_accessed(mut self, accessed: Option<std::time::SystemTime>) -> Self {
+        self.accessed = accessed;
+        self
+    }
+
+    /// Its last known use: the later of its last write and its last read.
+    pub fn last_used(&self) -> Option<std::time::SystemTime> {
+        self.modified.max(self.accessed)
     }
 }
 

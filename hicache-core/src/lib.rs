@@ -3,6 +3,7 @@
 
 mod backend;
 mod blocking;
+pub mod capacity;
 mod config;
 mod connector;
 mod display;

@@ -71,7 +71,6 @@ fn top_level(k: &KeySpec, default: Option<String>, file_plugins: &[&str]) -> Con
             "FILE plugins (none in this build)".to_string()
         }
         Reader::FilePlugins => format!("FILE plugins: {}", file_plugins.join(", ")),
-        Reader::Nobody => "nothing yet: validated and shown only".to_string(),
         Reader::Engine(_) => "SGLang; never given to a plugin".to_string(),
     };
     ConfigKey {
@@ -203,6 +202,11 @@ mod tests {
             ("transfer_mode", _) => "bounce".into(),
             ("l3_cleaner_high_watermark", _) => 90.into(),
             ("l3_cleaner_low_watermark", _) => 60.into(),
+            ("l3_cleaner_max_bytes" | "max_size", _) => "10GiB".into(),
+            ("l3_cleaner_min_free_bytes" | "min_free_space", _) => "1G".into(),
+            ("l3_cleaner_interval_s" | "l3_cleaner_min_age_s", _) => 5.into(),
+            ("l3_cleaner_max_removals_per_s", _) => 100.into(),
+            ("l3_cleaner_scope", _) => "all".into(),
             (_, Reader::Engine(EngineKind::Int)) => 7.into(),
             (_, Reader::Engine(EngineKind::Number)) => 1.5.into(),
             (_, Reader::Engine(EngineKind::Str)) => "x".into(),
@@ -221,8 +225,11 @@ mod tests {
                 .set(k.name, sample(k))
                 .load()
                 .unwrap_or_else(|e| panic!("{}: {e}", k.name));
-            let shown = match k.reader {
-                Reader::Engine(_) => format!("engine.{}", k.name),
+            let shown = match (k.reader, k.name) {
+                (Reader::Engine(_), _) => format!("engine.{}", k.name),
+                // SGLang's file backend names, shown under hicache's.
+                (_, "max_size") => "l3_cleaner_max_bytes".into(),
+                (_, "min_free_space") => "l3_cleaner_min_free_bytes".into(),
                 _ => k.name.to_string(),
             };
             let entry = config

@@ -91,6 +91,10 @@ pub struct PosixBackend {
     indexed: Vec<bool>,
     /// Keys `exists` answered from the index so far.
     from_index: std::sync::atomic::AtomicU64,
+    /// Reads recorded for the cleaner (None: no cleaner).
+    uses: Option<Arc<crate::uses::UseLog>>,
+    /// The capacity cleaner's thread; dropping the backend stops it.
+    cleaner: Option<crate::cleaner::Cleaner>,
 }
 
 impl PosixBackend {
@@ -226,7 +230,23 @@ impl PosixBackend {
                     .map_err(|e| Error::io(NAME, "io_uring setup", None, e))?,
             ),
         };
+        let uses = cfg.cleaner.map(|_| Arc::new(crate::uses::UseLog::new()));
+        let cleaner = match (cfg.cleaner, &uses) {
+            (Some(settings), Some(uses)) => Some(
+                crate::cleaner::Cleaner::start(
+                    name,
+                    roots.clone(),
+                    root_info.iter().map(|r| r.path.clone()).collect(),
+                    settings,
+                    uses.clone(),
+                )
+                .map_err(|e| Error::io(name, "spawn the cleaner thread", None, e))?,
+            ),
+            _ => None,
+        };
         Ok(PosixBackend {
+            uses,
+            cleaner,
             name,
             regions: RegionTable::new(name),
             roots,
@@ -275,6 +295,23 @@ impl PosixBackend {
     /// tmpfs, ramfs), where inotify reports every change whoever makes it.
     pub fn exists_from_index(&self) -> u64 {
         self.from_index.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The capacity cleaner's view of each storage dir: whether this backend holds the dir's
+    /// cleaner, and its last pass there. `None` when the cleaner is off.
+    pub fn cleaner(&self) -> Option<Vec<crate::cleaner::CleanerDir>> {
+        self.cleaner.as_ref().map(|c| c.dirs())
+    }
+
+    /// Records reads for the cleaner before they start, so that it passes over their
+    /// objects until the returned guard is dropped (when the reads have ended, or their
+    /// future was dropped and the reads in the kernel have ended).
+    fn note_reads<'a>(&'a self, batch: &'a [ReadItem<'a>]) -> Option<Reading<'a>> {
+        let uses = self.uses.as_deref()?;
+        for item in batch {
+            uses.record(self.route(item.key).0, item.key);
+        }
+        Some(Reading { uses, batch })
     }
 
     /// Transfers the io_uring engine ran on registered (fixed) buffers so far.
@@ -398,6 +435,18 @@ impl PosixBackend {
             plan.push(key.as_str(), self.route(key), &[], None);
         }
         plan
+    }
+}
+
+/// Reads the cleaner passes over until this is dropped.
+struct Reading<'a> {
+    uses: &'a crate::uses::UseLog,
+    batch: &'a [ReadItem<'a>],
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.uses.end(self.batch.iter().map(|i| i.key));
     }
 }
 
@@ -605,6 +654,7 @@ impl StorageBackend for PosixBackend {
     }
 
     async fn read(&self, batch: &[ReadItem<'_>]) -> Vec<Result<ReadOutcome>> {
+        let _reading = self.note_reads(batch);
         let items: Vec<(&ObjectKey, &[Slice])> =
             batch.iter().map(|i| (i.key, i.segments)).collect();
         let plan = Arc::new(self.transfer_plan(OpKind::Read, &items));
@@ -627,6 +677,7 @@ impl StorageBackend for PosixBackend {
             Engine::Threads(t) if t.path().is_none() => {}
             _ => return None,
         }
+        let _reading = self.note_reads(batch);
         let items: Vec<(&ObjectKey, &[Slice])> =
             batch.iter().map(|i| (i.key, i.segments)).collect();
         let mut plan = self.transfer_plan(OpKind::Read, &items);

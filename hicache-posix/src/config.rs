@@ -110,6 +110,8 @@ pub struct PosixConfig {
     pub file_mode: u32,
     /// Permission bits of dirs hicache creates.
     pub dir_mode: u32,
+    /// The capacity cleaner's settings; `None` runs none (see the crate README).
+    pub cleaner: Option<hicache_core::capacity::CleanerSettings>,
 }
 
 /// Default permission bits of page files: owner only.
@@ -215,6 +217,7 @@ impl PosixConfig {
                 _ => SyncMode::None,
             },
             spare_bytes,
+            cleaner: hicache_core::capacity::CleanerSettings::from_config(ctx.config),
         })
     }
 }

@@ -3,6 +3,7 @@
 
 mod backend;
 mod beneath;
+mod cleaner;
 mod config;
 pub mod data_path;
 mod flight;
@@ -19,8 +20,10 @@ mod root;
 mod spare;
 mod threads;
 mod uring;
+mod uses;
 
 pub use backend::{Flushes, PosixBackend, RootInfo};
+pub use cleaner::{CLEANER_FILE, CleanerDir, CleanerPass, CleanerRecord, CleanerSeen, cleaner_of};
 pub use config::{
     EngineChoice, FILE_LAYER_PARAMS, FileLayerParams, PARAMS, PosixConfig, PosixParams, SyncMode,
 };
@@ -51,8 +54,12 @@ hicache_core::register_plugin!(DESCRIPTOR);
 fn build(ctx: &PluginContext<'_>) -> Result<DynBackend> {
     // After selection, the probe has validated the config and examined each existing dir.
     if let Some(found) = ctx.findings::<PosixFindings>() {
+        // The cleaner follows the config the plugin is built with, which may differ from
+        // the one it was probed with (a tool turns the cleaner off).
+        let mut config = found.config.clone();
+        config.cleaner = hicache_core::capacity::CleanerSettings::from_config(ctx.config);
         return Ok(std::sync::Arc::new(PosixBackend::open(
-            &found.config,
+            &config,
             &found.dirs,
         )?));
     }

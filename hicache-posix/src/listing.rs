@@ -104,10 +104,16 @@ fn object(dir: std::os::fd::BorrowedFd<'_>, name: &CStr) -> Option<Listed> {
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return None;
     }
-    let modified = u64::try_from(st.st_mtime)
-        .ok()
-        .map(|s| SystemTime::UNIX_EPOCH + Duration::new(s, st.st_mtime_nsec as u32));
-    Some(Listed::new(key, st.st_size as u64, modified))
+    Some(
+        Listed::new(key, st.st_size as u64, time(st.st_mtime, st.st_mtime_nsec))
+            .with_accessed(time(st.st_atime, st.st_atime_nsec)),
+    )
+}
+
+/// A stat timestamp as a time, `None` before 1970.
+pub(crate) fn time(secs: i64, nanos: i64) -> Option<SystemTime> {
+    let secs = u64::try_from(secs).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::new(secs, u32::try_from(nanos).unwrap_or(0)))
 }
 
 fn io_error(root: &Root, bucket: &CStr, op: &'static str, e: std::io::Error) -> Error {

@@ -352,7 +352,7 @@ fn random_tag() -> [u8; SPARE_TAG_LEN] {
 
 /// `flock(LOCK_EX | LOCK_NB)`: the lock (held until dropped) when taken, None when someone
 /// holds it.
-fn try_lock(mut fd: OwnedFd) -> io::Result<Option<Flock<OwnedFd>>> {
+pub(crate) fn try_lock(mut fd: OwnedFd) -> io::Result<Option<Flock<OwnedFd>>> {
     loop {
         match Flock::lock(fd, FlockArg::LockExclusiveNonblock) {
             Ok(held) => return Ok(Some(held)),

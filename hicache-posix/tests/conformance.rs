@@ -24,6 +24,7 @@ fn posix(
             queue_depth: 128,
             sync,
             spare_bytes: 1 << 30,
+            cleaner: None,
             file_mode: 0o600,
             dir_mode: 0o700,
         };

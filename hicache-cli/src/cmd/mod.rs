@@ -168,10 +168,27 @@ impl Commands {
                 command: ConfigCommand::Show,
             } => config_show(self, &config()?, &json),
             Command::Plugins => plugins(self, &config()?, &json),
-            Command::Bench(args) => bench(self, config()?, &args, &json),
+            // A one-off command never runs the capacity cleaner: it would start evicting
+            // pages from dirs an engine may be using.
+            Command::Bench(args) => bench(
+                self,
+                config()?.without_cleaner("hicache bench"),
+                &args,
+                &json,
+            ),
             Command::Doctor(args) => doctor(self, &config()?, &args, &json),
-            Command::Scrub(args) => scrub(self, &config()?, &args, &json),
-            Command::Usage(args) => usage(self, &config()?, &args, &json),
+            Command::Scrub(args) => scrub(
+                self,
+                &config()?.without_cleaner("hicache scrub"),
+                &args,
+                &json,
+            ),
+            Command::Usage(args) => usage(
+                self,
+                &config()?.without_cleaner("hicache usage"),
+                &args,
+                &json,
+            ),
         }
     }
 }

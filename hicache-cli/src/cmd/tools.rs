@@ -173,6 +173,7 @@ pub(crate) fn usage(
         backend.as_ref(),
         &args.prefix,
         1000,
+        config.cleaner_scope.value,
         true,
     ))?;
     let value = serde_json::to_value(&report).unwrap_or_default();
@@ -188,9 +189,15 @@ pub(crate) fn usage(
         bytes(report.capacity.total_bytes),
         bytes(report.capacity.available_bytes)
     );
-    let ages = |u: &crate::usage::NamespaceUsage| match (u.oldest_age_s, u.newest_age_s) {
-        (Some(old), Some(new)) => format!(", written {new}s to {old}s ago"),
-        _ => String::new(),
+    let ages = |u: &crate::usage::NamespaceUsage| {
+        let written = match (u.oldest_age_s, u.newest_age_s) {
+            (Some(old), Some(new)) => format!(", written {new}s to {old}s ago"),
+            _ => String::new(),
+        };
+        match (u.oldest_use_age_s, u.newest_use_age_s) {
+            (Some(old), Some(new)) => format!("{written}, used {new}s to {old}s ago"),
+            _ => written,
+        }
     };
     let under = if report.prefix.is_empty() {
         String::new()
@@ -211,6 +218,20 @@ pub(crate) fn usage(
             hicache::ByteSize(ns.bytes).to_string(),
             ages(ns)
         );
+    }
+    if !report.next_to_evict.is_empty() {
+        println!(
+            "next to evict (scope {}, least recently used first):",
+            config.cleaner_scope.value
+        );
+        for g in &report.next_to_evict {
+            println!(
+                "  {} ({} objects, {})",
+                g.page,
+                g.objects.len(),
+                hicache::ByteSize(g.bytes)
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

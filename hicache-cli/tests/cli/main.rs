@@ -2,6 +2,7 @@
 
 use std::process::Command;
 
+mod cleaner;
 mod config_keys;
 #[cfg(feature = "dynamic")]
 mod dynamic;

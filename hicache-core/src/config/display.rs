@@ -26,6 +26,17 @@ impl Config {
         Ok(())
     }
 
+    /// The same config with the capacity cleaner off, its source naming `why`: for one-off
+    /// commands (a tool's round trip, a benchmark, a scrub) that open a plugin but must never
+    /// start evicting pages from a shared dir.
+    pub fn without_cleaner(&self, why: &str) -> Config {
+        let mut config = self.clone();
+        config
+            .cleaner_enabled
+            .offer(false, Source::Flag(why.to_string()));
+        config
+    }
+
     /// A variable of the environment the config was loaded with.
     pub fn env_var(&self, name: &str) -> Option<&str> {
         self.env.get(name)
@@ -111,6 +122,42 @@ impl Config {
             self.cleaner_low_watermark.value.to_string(),
             &self.cleaner_low_watermark.source,
             &self.cleaner_low_watermark.overridden,
+        );
+        push(
+            "l3_cleaner_max_bytes".into(),
+            self.cleaner_max_bytes.value.to_string(),
+            &self.cleaner_max_bytes.source,
+            &self.cleaner_max_bytes.overridden,
+        );
+        push(
+            "l3_cleaner_min_free_bytes".into(),
+            self.cleaner_min_free_bytes.value.to_string(),
+            &self.cleaner_min_free_bytes.source,
+            &self.cleaner_min_free_bytes.overridden,
+        );
+        push(
+            "l3_cleaner_interval_s".into(),
+            self.cleaner_interval_s.value.to_string(),
+            &self.cleaner_interval_s.source,
+            &self.cleaner_interval_s.overridden,
+        );
+        push(
+            "l3_cleaner_min_age_s".into(),
+            self.cleaner_min_age_s.value.to_string(),
+            &self.cleaner_min_age_s.source,
+            &self.cleaner_min_age_s.overridden,
+        );
+        push(
+            "l3_cleaner_max_removals_per_s".into(),
+            self.cleaner_max_removals_per_s.value.to_string(),
+            &self.cleaner_max_removals_per_s.source,
+            &self.cleaner_max_removals_per_s.overridden,
+        );
+        push(
+            "l3_cleaner_scope".into(),
+            self.cleaner_scope.value.to_string(),
+            &self.cleaner_scope.source,
+            &self.cleaner_scope.overridden,
         );
         for (name, section) in &self.plugin_sections {
             for (k, s) in section.params.iter() {

@@ -27,8 +27,6 @@ pub(crate) enum Reader {
     Connector,
     /// FILE plugins (POSIX today).
     FilePlugins,
-    /// Validated and shown, but nothing in hicache acts on it yet.
-    Nobody,
     /// SGLang's own knob of this type: accepted so SGLang configs load, never given to a
     /// plugin.
     Engine(EngineKind),
@@ -139,20 +137,72 @@ pub(crate) const KEYS: &[KeySpec] = &[
     key(
         "l3_cleaner_enabled",
         "bool",
-        Reader::Nobody,
-        "SGLang's capacity cleaner switch; hicache has no cleaner yet",
+        Reader::FilePlugins,
+        "run the capacity cleaner: one per storage dir among every process sharing it, evicting least recently used pages",
     ),
     key(
         "l3_cleaner_high_watermark",
         "percent (0-100)",
-        Reader::Nobody,
-        "disk usage above which a cleaner would start; must exceed the low watermark",
+        Reader::FilePlugins,
+        "usage (of the filesystem, or of `l3_cleaner_max_bytes`) at which the cleaner starts; must exceed the low watermark",
     ),
     key(
         "l3_cleaner_low_watermark",
         "percent (0-100)",
-        Reader::Nobody,
-        "disk usage below which a cleaner would stop",
+        Reader::FilePlugins,
+        "usage down to which the cleaner evicts",
+    ),
+    key(
+        "l3_cleaner_max_bytes",
+        "bytes, or a size such as `500G` / `1.5TiB`; 0 = off",
+        Reader::FilePlugins,
+        "a budget per storage dir: the watermarks apply to the bytes of stored objects against it instead of the filesystem",
+    )
+    .env("HICACHE_CLEANER_MAX_BYTES")
+    .sglang_env("SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"),
+    key(
+        "max_size",
+        "bytes, or a size such as `500G` / `1.5TiB`; 0 = off",
+        Reader::FilePlugins,
+        "SGLang's file backend name for `l3_cleaner_max_bytes`",
+    ),
+    key(
+        "l3_cleaner_min_free_bytes",
+        "bytes, or a size such as `20G`; 0 = off",
+        Reader::FilePlugins,
+        "free space the cleaner keeps on each storage dir's filesystem; below it, it evicts until this plus the watermark band is free",
+    )
+    .env("HICACHE_CLEANER_MIN_FREE_BYTES")
+    .sglang_env("SGLANG_HICACHE_FILE_BACKEND_MIN_FREE_SPACE"),
+    key(
+        "min_free_space",
+        "bytes, or a size such as `20G`; 0 = off",
+        Reader::FilePlugins,
+        "SGLang's file backend name for `l3_cleaner_min_free_bytes`",
+    ),
+    key(
+        "l3_cleaner_interval_s",
+        "seconds (0.05-86400)",
+        Reader::FilePlugins,
+        "time between cleaner passes (also how often recorded reads reach the files' access times)",
+    ),
+    key(
+        "l3_cleaner_min_age_s",
+        "seconds (0-86400)",
+        Reader::FilePlugins,
+        "pages written or read more recently than this are never evicted (they may be in flight in another process)",
+    ),
+    key(
+        "l3_cleaner_max_removals_per_s",
+        "integer (1-1000000)",
+        Reader::FilePlugins,
+        "most files the cleaner removes per second (its I/O bound)",
+    ),
+    key(
+        "l3_cleaner_scope",
+        "`hicache` or `all`",
+        Reader::FilePlugins,
+        "what the cleaner may evict: pages under hicache naming only, or every object in the bucket dirs (SGLang-named ones too)",
     ),
     engine(
         "prefetch_threshold",
@@ -384,6 +434,35 @@ pub(super) fn apply_top_level(
         "l3_cleaner_low_watermark" => {
             let x = percent(key, value, source)?;
             cfg.cleaner_low_watermark.offer(x, src);
+        }
+        "l3_cleaner_max_bytes" | "max_size" => {
+            let n = size(key, value, source)?;
+            cfg.cleaner_max_bytes.offer(n, src);
+        }
+        "l3_cleaner_min_free_bytes" | "min_free_space" => {
+            let n = size(key, value, source)?;
+            cfg.cleaner_min_free_bytes.offer(n, src);
+        }
+        "l3_cleaner_interval_s" => {
+            let x = seconds(key, value, source, 0.05)?;
+            cfg.cleaner_interval_s.offer(x, src);
+        }
+        "l3_cleaner_min_age_s" => {
+            let x = seconds(key, value, source, 0.0)?;
+            cfg.cleaner_min_age_s.offer(x, src);
+        }
+        "l3_cleaner_max_removals_per_s" => {
+            let n = uint_in(key, value, source, 1..=1_000_000)?;
+            cfg.cleaner_max_removals_per_s.offer(n, src);
+        }
+        "l3_cleaner_scope" => {
+            let s = string_value(key, value, source)?;
+            let scope = match s.to_ascii_lowercase().as_str() {
+                "hicache" => crate::capacity::CleanerScope::Hicache,
+                "all" => crate::capacity::CleanerScope::All,
+                _ => return Err(one_of(key, &s, source, &["hicache", "all"])),
+            };
+            cfg.cleaner_scope.offer(scope, src);
         }
         _ => {
             // A key in the table with no arm above: a bug here, not in the user's config.

@@ -30,7 +30,9 @@ use crate::key::NamingScheme;
 use dirs::render_dirs;
 use display::redact_if_secret;
 use keys::{apply_document, apply_env, apply_explicit};
-use values::{one_of, percent, raw_value, strict_bool, string_value, type_error};
+use values::{
+    one_of, percent, raw_value, seconds, size, strict_bool, string_value, type_error, uint_in,
+};
 
 pub(crate) use dirs::{check_dir_list, parse_dir_list};
 pub use display::ConfigEntry;
@@ -123,6 +125,18 @@ pub struct Config {
     pub cleaner_high_watermark: Setting<f64>,
     /// Cleaner stops below this disk usage, percent.
     pub cleaner_low_watermark: Setting<f64>,
+    /// Bytes of objects a storage dir may hold (0: no budget; the filesystem's size counts).
+    pub cleaner_max_bytes: Setting<u64>,
+    /// Free bytes the cleaner keeps on each storage dir's filesystem (0: none).
+    pub cleaner_min_free_bytes: Setting<u64>,
+    /// Seconds between cleaner passes.
+    pub cleaner_interval_s: Setting<f64>,
+    /// Seconds after its last use during which a page is never evicted.
+    pub cleaner_min_age_s: Setting<f64>,
+    /// Most files the cleaner removes per second.
+    pub cleaner_max_removals_per_s: Setting<u64>,
+    /// Which objects the cleaner may evict.
+    pub cleaner_scope: Setting<crate::capacity::CleanerScope>,
     /// Fully-qualified plugin sections, keyed upper-case, in file order.
     pub plugin_sections: Vec<(String, PluginSection)>,
     /// Flat-form parameters for whichever plugin is chosen.
@@ -148,6 +162,12 @@ impl Default for Config {
             cleaner_enabled: Setting::default_value(true),
             cleaner_high_watermark: Setting::default_value(80.0),
             cleaner_low_watermark: Setting::default_value(70.0),
+            cleaner_max_bytes: Setting::default_value(0),
+            cleaner_min_free_bytes: Setting::default_value(0),
+            cleaner_interval_s: Setting::default_value(30.0),
+            cleaner_min_age_s: Setting::default_value(60.0),
+            cleaner_max_removals_per_s: Setting::default_value(2000),
+            cleaner_scope: Setting::default_value(crate::capacity::CleanerScope::Hicache),
             plugin_sections: Vec::new(),
             flat_params: Params::default(),
             engine: EngineKeys::default(),

@@ -399,6 +399,71 @@ fn watermarks() {
     );
 }
 
+/// Every bad cleaner value is a typed error that names its key and says what is allowed.
+#[test]
+fn cleaner_keys_refuse_bad_values() {
+    let refused = |key: &str, value: serde_json::Value, says: &str| {
+        let err = ConfigLoader::new()
+            .set(key, value.clone())
+            .load()
+            .expect_err(&format!("{key} = {value} must be refused"));
+        let text = err.to_string();
+        assert!(
+            matches!(err, crate::Error::InvalidConfig { .. })
+                && text.contains(key)
+                && text.contains(says),
+            "{key} = {value}: {text}"
+        );
+    };
+    refused("l3_cleaner_high_watermark", "NaN".into(), "outside 0..=100");
+    refused("l3_cleaner_low_watermark", "nan".into(), "outside 0..=100");
+    refused("l3_cleaner_high_watermark", (-1).into(), "outside 0..=100");
+    refused("l3_cleaner_high_watermark", "inf".into(), "outside 0..=100");
+    refused("l3_cleaner_low_watermark", "80".into(), "must be lower");
+    refused("l3_cleaner_low_watermark", "high".into(), "percent");
+    refused("l3_cleaner_max_bytes", "lots".into(), "not a size");
+    refused("l3_cleaner_max_bytes", (-5).into(), "byte count");
+    refused("max_size", "1.5 XB".into(), "not a size");
+    refused(
+        "l3_cleaner_min_free_bytes",
+        true.into(),
+        "byte count or a size",
+    );
+    refused("l3_cleaner_interval_s", 0.into(), "outside 0.05..=86400");
+    refused("l3_cleaner_interval_s", "NaN".into(), "outside");
+    refused("l3_cleaner_min_age_s", (-1).into(), "outside 0..=86400");
+    refused(
+        "l3_cleaner_max_removals_per_s",
+        0.into(),
+        "outside 1..=1000000",
+    );
+    refused("l3_cleaner_max_removals_per_s", 2.5.into(), "whole number");
+    refused("l3_cleaner_scope", "mine".into(), "not one of hicache, all");
+}
+
+#[test]
+fn cleaner_sizes_take_sglang_units_and_names() {
+    let cfg = ConfigLoader::new()
+        .set("max_size", "1.5GiB")
+        .set("min_free_space", "20 GB")
+        .load()
+        .unwrap();
+    assert_eq!(cfg.cleaner_max_bytes.value, 3 << 29);
+    assert_eq!(cfg.cleaner_min_free_bytes.value, 20_000_000_000);
+    let s = crate::capacity::CleanerSettings::from_config(&cfg).unwrap();
+    assert_eq!(
+        (s.max_bytes, s.min_free_bytes),
+        (Some(3 << 29), Some(20_000_000_000))
+    );
+    let off = ConfigLoader::new()
+        .set("l3_cleaner_max_bytes", "0")
+        .set("l3_cleaner_enabled", false)
+        .load()
+        .unwrap();
+    assert_eq!(off.cleaner_max_bytes.value, 0);
+    assert!(crate::capacity::CleanerSettings::from_config(&off).is_none());
+}
+
 #[test]
 fn entries_redact_secrets() {
     let cfg = ConfigLoader::new()

@@ -188,6 +188,64 @@ pub(super) fn percent(key: &str, value: &Value, source: &Source) -> Result<f64> 
     }
 }
 
+/// A byte count: a non-negative integer, or a size with SI or IEC units as SGLang's file
+/// backend takes them (`500G`, `1.5 TiB`, `0` = off).
+pub(super) fn size(key: &str, value: &Value, source: &Source) -> Result<u64> {
+    match value {
+        Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| type_error(key, value, source, "a byte count (0 or more)")),
+        Value::String(s) => parse_size::parse_size(s.trim()).map_err(|e| Error::InvalidConfig {
+            key: key.to_string(),
+            source_desc: source.to_string(),
+            reason: format!("`{s}` is not a size ({e})"),
+            hint: Some("write bytes, or a number with a unit: 500G, 1.5TiB, 20 GB".into()),
+        }),
+        _ => Err(type_error(key, value, source, "a byte count or a size")),
+    }
+}
+
+/// Seconds: a finite number from `min` to one day.
+pub(super) fn seconds(key: &str, value: &Value, source: &Source, min: f64) -> Result<f64> {
+    let x = match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match x {
+        Some(x) if (min..=86_400.0).contains(&x) => Ok(x),
+        Some(x) => Err(Error::invalid_config(
+            key,
+            source.to_string(),
+            format!("{x} is outside {min}..=86400 (seconds)"),
+        )),
+        None => Err(type_error(key, value, source, "a number of seconds")),
+    }
+}
+
+/// An integer within `range`, given as a number or as digits in a string.
+pub(super) fn uint_in(
+    key: &str,
+    value: &Value,
+    source: &Source,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64> {
+    let n = match value {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse::<u64>().ok(),
+        _ => None,
+    };
+    match n {
+        Some(n) if range.contains(&n) => Ok(n),
+        Some(n) => Err(Error::invalid_config(
+            key,
+            source.to_string(),
+            format!("{n} is outside {}..={}", range.start(), range.end()),
+        )),
+        None => Err(type_error(key, value, source, "a whole number")),
+    }
+}
+
 pub(super) fn raw_value(key: &str, value: &Value, source: &Source) -> Result<RawValue> {
     Ok(match value {
         Value::Bool(b) => RawValue::Bool(*b),

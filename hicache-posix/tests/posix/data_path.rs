@@ -100,6 +100,7 @@ fn config(dir: &std::path::Path, engine: EngineChoice) -> PosixConfig {
         queue_depth: 64,
         sync: SyncMode::None,
         spare_bytes: 1 << 20,
+        cleaner: None,
         file_mode: 0o600,
         dir_mode: 0o700,
     }

@@ -63,6 +63,7 @@ async fn a_listing_covers_every_root() {
         queue_depth: 64,
         sync: hicache_posix::SyncMode::None,
         spare_bytes: 0,
+        cleaner: None,
         file_mode: 0o600,
         dir_mode: 0o700,
     };

@@ -9,6 +9,7 @@ use hicache_core::{
 };
 use hicache_posix::{EngineChoice, PosixBackend, PosixConfig};
 
+mod cleaner;
 mod data_path;
 mod integrity;
 mod listing;
@@ -49,6 +50,7 @@ fn backend_with(dir: &Path, direct: bool, engine: EngineChoice) -> PosixBackend 
         queue_depth: 256,
         sync: hicache_posix::SyncMode::None,
         spare_bytes: 1 << 30,
+        cleaner: None,
         file_mode: 0o600,
         dir_mode: 0o700,
     };

@@ -177,6 +177,7 @@ async fn sync_levels_flush_what_they_promise_on_both_engines() {
                 queue_depth: 64,
                 sync,
                 spare_bytes: 1 << 30,
+                cleaner: None,
                 file_mode: 0o600,
                 dir_mode: 0o700,
             };
