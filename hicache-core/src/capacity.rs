@@ -15,7 +15,6 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::config::Config;
 use crate::key::Namespace;
 
 /// Which objects the cleaner may evict.
@@ -82,26 +81,6 @@ pub struct DirSpace {
 }
 
 impl CleanerSettings {
-    /// The settings of `config`, or `None` when `l3_cleaner_enabled` is false. The loader
-    /// has checked every value and that the low watermark is below the high one.
-    pub fn from_config(config: &Config) -> Option<Self> {
-        if !config.cleaner_enabled.value {
-            return None;
-        }
-        let nonzero = |n: u64| (n > 0).then_some(n);
-        Some(CleanerSettings {
-            high_watermark: config.cleaner_high_watermark.value,
-            low_watermark: config.cleaner_low_watermark.value,
-            max_bytes: nonzero(config.cleaner_max_bytes.value),
-            min_free_bytes: nonzero(config.cleaner_min_free_bytes.value),
-            interval: Duration::from_secs_f64(config.cleaner_interval_s.value),
-            min_age: Duration::from_secs_f64(config.cleaner_min_age_s.value),
-            max_removals_per_s: u32::try_from(config.cleaner_max_removals_per_s.value)
-                .unwrap_or(u32::MAX),
-            scope: config.cleaner_scope.value,
-        })
-    }
-
     /// Bytes the dir must give back, 0 when it is not above a limit:
     ///
     /// - with a budget, objects at or above `high`% of `max_bytes` are cleaned down to
@@ -205,7 +184,9 @@ mod tests {
     use super::*;
 
     fn settings() -> CleanerSettings {
-        CleanerSettings::from_config(&Config::default()).expect("enabled by default")
+        crate::Config::default()
+            .cleaner()
+            .expect("enabled by default")
     }
 
     #[test]

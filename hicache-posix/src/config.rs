@@ -217,7 +217,7 @@ impl PosixConfig {
                 _ => SyncMode::None,
             },
             spare_bytes,
-            cleaner: hicache_core::capacity::CleanerSettings::from_config(ctx.config),
+            cleaner: ctx.config.cleaner(),
         })
     }
 }

@@ -57,7 +57,7 @@ fn build(ctx: &PluginContext<'_>) -> Result<DynBackend> {
         // The cleaner follows the config the plugin is built with, which may differ from
         // the one it was probed with (a tool turns the cleaner off).
         let mut config = found.config.clone();
-        config.cleaner = hicache_core::capacity::CleanerSettings::from_config(ctx.config);
+        config.cleaner = ctx.config.cleaner();
         return Ok(std::sync::Arc::new(PosixBackend::open(
             &config,
             &found.dirs,

@@ -37,8 +37,7 @@ fn one_off_commands_never_run_the_cleaner() {
 fn doctor_tells_who_runs_the_cleaner() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("root");
-    let mut settings =
-        hicache::capacity::CleanerSettings::from_config(&hicache::Config::default()).unwrap();
+    let mut settings = hicache::Config::default().cleaner().unwrap();
     settings.interval = std::time::Duration::from_millis(50);
     let cfg = hicache::posix::PosixConfig {
         dirs: vec![dir.clone()],

@@ -26,6 +26,26 @@ impl Config {
         Ok(())
     }
 
+    /// The capacity cleaner's settings, or `None` when `l3_cleaner_enabled` is false. The loader
+    /// has checked every value and that the low watermark is below the high one.
+    pub fn cleaner(&self) -> Option<crate::capacity::CleanerSettings> {
+        if !self.cleaner_enabled.value {
+            return None;
+        }
+        let nonzero = |n: u64| (n > 0).then_some(n);
+        Some(crate::capacity::CleanerSettings {
+            high_watermark: self.cleaner_high_watermark.value,
+            low_watermark: self.cleaner_low_watermark.value,
+            max_bytes: nonzero(self.cleaner_max_bytes.value),
+            min_free_bytes: nonzero(self.cleaner_min_free_bytes.value),
+            interval: std::time::Duration::from_secs_f64(self.cleaner_interval_s.value),
+            min_age: std::time::Duration::from_secs_f64(self.cleaner_min_age_s.value),
+            max_removals_per_s: u32::try_from(self.cleaner_max_removals_per_s.value)
+                .unwrap_or(u32::MAX),
+            scope: self.cleaner_scope.value,
+        })
+    }
+
     /// The same config with the capacity cleaner off, its source naming `why`: for one-off
     /// commands (a tool's round trip, a benchmark, a scrub) that open a plugin but must never
     /// start evicting pages from a shared dir.

@@ -450,7 +450,7 @@ fn cleaner_sizes_take_sglang_units_and_names() {
         .unwrap();
     assert_eq!(cfg.cleaner_max_bytes.value, 3 << 29);
     assert_eq!(cfg.cleaner_min_free_bytes.value, 20_000_000_000);
-    let s = crate::capacity::CleanerSettings::from_config(&cfg).unwrap();
+    let s = cfg.cleaner().unwrap();
     assert_eq!(
         (s.max_bytes, s.min_free_bytes),
         (Some(3 << 29), Some(20_000_000_000))
@@ -461,7 +461,7 @@ fn cleaner_sizes_take_sglang_units_and_names() {
         .load()
         .unwrap();
     assert_eq!(off.cleaner_max_bytes.value, 0);
-    assert!(crate::capacity::CleanerSettings::from_config(&off).is_none());
+    assert!(off.cleaner().is_none());
 }
 
 #[test]
