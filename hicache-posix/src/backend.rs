@@ -308,9 +308,7 @@ impl PosixBackend {
     /// future was dropped and the reads in the kernel have ended).
     fn note_reads<'a>(&'a self, batch: &'a [ReadItem<'a>]) -> Option<Reading<'a>> {
         let uses = self.uses.as_deref()?;
-        for item in batch {
-            uses.record(self.route(item.key).0, item.key);
-        }
+        uses.record(batch.iter().map(|i| (self.route(i.key).0, i.key)));
         Some(Reading { uses, batch })
     }
 

@@ -47,6 +47,9 @@ use crate::uses::UseLog;
 /// The cleaner's lock and record file in each storage dir.
 pub const CLEANER_FILE: &str = ".hicache-cleaner";
 
+/// [`CLEANER_FILE`] for system calls.
+const CLEANER_NAME: &std::ffi::CStr = c".hicache-cleaner";
+
 /// The most of a record file that is read.
 const RECORD_MAX: usize = 64 << 10;
 
@@ -110,9 +113,9 @@ pub struct CleanerSeen {
 /// for an instant (never waiting), so it holds off no cleaner for longer than that.
 pub fn cleaner_of(dir: &Path) -> io::Result<CleanerSeen> {
     let root = std::fs::File::open(dir)?;
-    let name = CString::new(CLEANER_FILE).expect("no NUL");
+    let name = CLEANER_NAME;
     // O_NONBLOCK: a FIFO planted under the name must not hang the caller.
-    let fd = match beneath::open(root.as_fd(), &name, libc::O_RDONLY | libc::O_NONBLOCK, 0) {
+    let fd = match beneath::open(root.as_fd(), name, libc::O_RDONLY | libc::O_NONBLOCK, 0) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Ok(CleanerSeen {
@@ -414,12 +417,12 @@ impl Worker {
     /// Takes the lock of every dir whose cleaner is free; lets go of one whose lock file was
     /// removed or replaced (its holder would no longer be the only one).
     fn elect(&mut self) {
-        let name = CString::new(CLEANER_FILE).expect("no NUL");
+        let name = CLEANER_NAME;
         for r in 0..self.roots.len() {
             let root = self.roots[r].dir.fd();
             if let Some((lock, _)) = &self.locks[r] {
                 let ours = nix::sys::stat::fstat(lock.as_fd()).ok().map(|s| s.st_ino);
-                let named = beneath::stat(root, &name).ok().map(|s| s.st_ino);
+                let named = beneath::stat(root, name).ok().map(|s| s.st_ino);
                 if ours.is_some() && ours == named {
                     continue;
                 }
@@ -428,7 +431,7 @@ impl Worker {
             }
             let opened = beneath::open(
                 root,
-                &name,
+                name,
                 libc::O_RDWR | libc::O_CREAT | libc::O_NONBLOCK,
                 self.roots[r].file_mode,
             )

@@ -59,20 +59,22 @@ impl UseLog {
         self.uses.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A read of `key` in storage dir `dir` is starting; [`end`](Self::end) says when it
-    /// has ended.
-    pub(crate) fn record(&self, dir: usize, key: &ObjectKey) {
+    /// Reads of `keys` (each with its storage dir) are starting, under one lock;
+    /// [`end`](Self::end) says when they have ended.
+    pub(crate) fn record<'a>(&self, keys: impl Iterator<Item = (usize, &'a ObjectKey)>) {
         let mut uses = self.lock();
-        *uses.active.entry(key.hash()).or_insert(0) += 1;
-        if uses.now.contains(&key.hash()) {
-            return;
+        for (dir, key) in keys {
+            *uses.active.entry(key.hash()).or_insert(0) += 1;
+            if uses.now.contains(&key.hash()) {
+                continue;
+            }
+            if uses.names.len() == CAPACITY {
+                uses.dropped += 1;
+                continue;
+            }
+            uses.now.insert(key.hash());
+            uses.names.push((dir, key.clone()));
         }
-        if uses.names.len() == CAPACITY {
-            uses.dropped += 1;
-            return;
-        }
-        uses.now.insert(key.hash());
-        uses.names.push((dir, key.clone()));
     }
 
     /// Reads of these names (each [`record`](Self::record)ed once) have ended.
@@ -125,9 +127,9 @@ mod tests {
     #[test]
     fn a_name_is_recorded_once_per_interval_and_guarded_for_two() {
         let log = UseLog::new();
-        log.record(0, &key(1));
-        log.record(0, &key(1));
-        log.record(1, &key(2));
+        log.record([(0, &key(1))].into_iter());
+        log.record([(0, &key(1))].into_iter());
+        log.record([(1, &key(2))].into_iter());
         let mut taken = Vec::new();
         assert_eq!(log.take(&mut taken), 0);
         assert_eq!(taken.len(), 2);
@@ -144,8 +146,8 @@ mod tests {
     #[test]
     fn a_read_in_flight_is_guarded_however_long_it_runs() {
         let log = UseLog::new();
-        log.record(0, &key(1));
-        log.record(0, &key(1));
+        log.record([(0, &key(1))].into_iter());
+        log.record([(0, &key(1))].into_iter());
         let mut taken = Vec::new();
         for _ in 0..3 {
             log.take(&mut taken);
@@ -164,7 +166,7 @@ mod tests {
     fn a_full_interval_drops_and_counts() {
         let log = UseLog::new();
         for i in 0..CAPACITY + 3 {
-            log.record(0, &key(i));
+            log.record([(0, &key(i))].into_iter());
         }
         let mut taken = Vec::new();
         assert_eq!(log.take(&mut taken), 3);
