@@ -2,6 +2,7 @@
 
 use std::process::Command;
 
+#[cfg(feature = "posix")]
 mod cleaner;
 mod config_keys;
 #[cfg(feature = "dynamic")]
