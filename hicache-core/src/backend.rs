@@ -266,6 +266,19 @@ impl MissReason {
     pub fn is_invalid_object(&self) -> bool {
         !matches!(self, MissReason::NotFound)
     }
+
+    /// A short stable name for the reason, as metrics label misses: `not_found`, `torn`,
+    /// `bad_header`, `foreign`, `wrong_key`, `corrupt`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            MissReason::NotFound => "not_found",
+            MissReason::SizeMismatch { .. } => "torn",
+            MissReason::BadHeader { .. } => "bad_header",
+            MissReason::ForeignNamespace => "foreign",
+            MissReason::KeyMismatch => "wrong_key",
+            MissReason::ChecksumMismatch => "corrupt",
+        }
+    }
 }
 
 /// The result of reading one object.

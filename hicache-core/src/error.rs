@@ -389,6 +389,37 @@ impl Error {
         }
     }
 
+    /// A short stable name for the variant, as metrics label errors (`io`, `timeout`,
+    /// `invalid_config`…).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::InvalidConfig { .. } => "invalid_config",
+            Error::UnknownConfigKey { .. } => "unknown_config_key",
+            Error::ConfigFile { .. } => "config_file",
+            Error::InvalidKey { .. } => "invalid_key",
+            Error::UnregisteredRegion { .. } => "unregistered_region",
+            Error::SliceOutOfRange { .. } => "slice_out_of_range",
+            Error::MemoryBusy { .. } => "memory_busy",
+            Error::RegionBusy { .. } => "region_busy",
+            Error::Misaligned { .. } => "misaligned",
+            Error::InvalidBatch { .. } => "invalid_batch",
+            Error::BlockingInAsync { .. } => "blocking_in_async",
+            Error::PoolNotRegistered => "pool_not_registered",
+            Error::InvalidPool { .. } => "invalid_pool",
+            Error::UnknownPlugin { .. } => "unknown_plugin",
+            Error::DuplicatePlugin { .. } => "duplicate_plugin",
+            Error::PluginUnusable { .. } => "plugin_unusable",
+            Error::NoUsablePlugin { .. } => "no_usable_plugin",
+            Error::Io { .. } => "io",
+            Error::UnsafePath { .. } => "unsafe_path",
+            Error::Unsupported { .. } => "unsupported",
+            Error::Timeout { .. } => "timeout",
+            Error::Unavailable { .. } => "unavailable",
+            Error::PluginContract { .. } => "plugin_contract",
+            Error::Backend { .. } => "backend",
+        }
+    }
+
     /// Whether trying the same operation again may succeed (transient faults only).
     pub fn is_retryable(&self) -> bool {
         match self {

@@ -14,6 +14,7 @@ mod hash;
 mod key;
 mod memory;
 mod memory_backend;
+pub mod meters;
 mod params;
 mod plugin_name;
 mod pool;

@@ -71,6 +71,7 @@ fn top_level(k: &KeySpec, default: Option<String>, file_plugins: &[&str]) -> Con
             "FILE plugins (none in this build)".to_string()
         }
         Reader::FilePlugins => format!("FILE plugins: {}", file_plugins.join(", ")),
+        Reader::Exporter => "the metrics exporter (`hicache::start_metrics`)".to_string(),
         Reader::Engine(_) => "SGLang; never given to a plugin".to_string(),
     };
     ConfigKey {
@@ -207,6 +208,9 @@ mod tests {
             ("l3_cleaner_interval_s" | "l3_cleaner_min_age_s", _) => 5.into(),
             ("l3_cleaner_max_removals_per_s", _) => 100.into(),
             ("l3_cleaner_scope", _) => "all".into(),
+            ("metrics_listen", _) => "127.0.0.1:9464".into(),
+            ("metrics_file", _) => "/tmp/reference-sample.prom".into(),
+            ("metrics_file_interval_s", _) => 2.into(),
             (_, Reader::Engine(EngineKind::Int)) => 7.into(),
             (_, Reader::Engine(EngineKind::Number)) => 1.5.into(),
             (_, Reader::Engine(EngineKind::Str)) => "x".into(),

@@ -363,10 +363,22 @@ impl Worker {
                 self.evict(order, &held, &mut need, &mut passes);
             }
         }
-        let ms = started.elapsed().as_millis() as u64;
+        let took = started.elapsed();
+        let ms = took.as_millis() as u64;
         for (i, &r) in held.iter().enumerate() {
             passes[i].ended_unix_s = unix_now();
             passes[i].duration_ms = ms;
+            hicache_core::meters::cleaner_pass(
+                &self.paths[r],
+                &hicache_core::meters::CleanerPassMeters {
+                    need_bytes: asked[r],
+                    pages: passes[i].pages,
+                    files: passes[i].files,
+                    bytes: passes[i].bytes,
+                    took,
+                    failed: passes[i].error.is_some(),
+                },
+            );
             if asked[r] > 0 {
                 tracing::info!(
                     dir = %self.paths[r].display(),

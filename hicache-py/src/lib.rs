@@ -307,6 +307,10 @@ impl Connector {
                     .env(EnvSnapshot::from_process())
                     .extra_config(&extra)
                     .load()?;
+                // The exporter (`metrics_listen`, `metrics_file`; each rank on its own port
+                // and file) starts before the plugin, so the plugin's own metrics (its
+                // cleaner's passes) reach it too.
+                hicache::start_rank_metrics(&config, &identity)?;
                 let registry = hicache::registry_for(&config)?;
                 BlockingHiCache::new(HiCache::open(
                     &registry,

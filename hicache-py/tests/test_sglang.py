@@ -13,12 +13,14 @@ import ctypes
 import hashlib
 import json
 import os
+import socket
 import sys
 import tempfile
 import threading
 import types
 import typing
 import unittest
+import urllib.request
 
 import numpy as np
 
@@ -345,6 +347,31 @@ class Backend(unittest.TestCase):
         self.assertEqual(backend.get_stats().backup_pgs, [], "get_stats drains")
         own = backend.stats()
         self.assertEqual((own["pages_written"], own["pages_hit"], own["pages_not_found"]), (2, 2, 1))
+
+
+    def test_prometheus_exporter(self):
+        # The process's one exporter, from the extra config; scraped before and after.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        pool = HostPool("page_first")
+        backend = self.open(pool, extra={"metrics_listen": f"127.0.0.1:{port}"})
+
+        def scrape():
+            url = f"http://127.0.0.1:{port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as r:
+                text = r.read().decode()
+            return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                    for line in text.splitlines() if line and not line.startswith("#")}
+
+        before = scrape()
+        backend.batch_set_v1(["p0", "p1"], tokens([0, 1]))
+        backend.batch_get_v1(["p0", "p1", "none"], tokens([2, 3, 4]))
+        after = scrape()
+        delta = lambda series: after.get(series, 0) - before.get(series, 0)
+        self.assertEqual(delta('hicache_pages_written_total{backend="POSIX"}'), 2)
+        self.assertEqual(delta('hicache_page_hits_total{backend="POSIX"}'), 2)
+        self.assertEqual(delta('hicache_page_misses_total{backend="POSIX",reason="not_found"}'), 1)
 
 
 @unittest.skipUnless(REAL_TORCH, "needs torch (the device machine has it; CI does not)")

@@ -3,6 +3,9 @@
 
 pub use hicache_core::*;
 
+mod exporter;
+pub use exporter::{MetricsExporter, start_metrics, start_rank_metrics};
+
 #[cfg(feature = "3fs")]
 pub use hicache_3fs as threefs;
 #[cfg(feature = "dynamic")]
@@ -133,8 +136,10 @@ pub fn reference() -> Vec<ConfigKey> {
 pub mod config_reference {}
 
 /// Selects and builds a plugin for `config` (from [`registry_for`] it) and returns the
-/// connector.
+/// connector; starts the metrics exporter the config asks for first
+/// ([`start_rank_metrics`] for the options' identity).
 pub fn open(config: Config, options: HiCacheOptions) -> Result<HiCache> {
+    start_rank_metrics(&config, &options.identity)?;
     HiCache::open(&registry_for(&config)?, config, options)
 }
 

@@ -179,6 +179,29 @@ impl Config {
             &self.cleaner_scope.source,
             &self.cleaner_scope.overridden,
         );
+        push(
+            "metrics_listen".into(),
+            self.metrics_listen
+                .value
+                .map_or_else(String::new, |a| a.to_string()),
+            &self.metrics_listen.source,
+            &self.metrics_listen.overridden,
+        );
+        push(
+            "metrics_file".into(),
+            self.metrics_file
+                .value
+                .as_ref()
+                .map_or_else(String::new, |p| p.display().to_string()),
+            &self.metrics_file.source,
+            &self.metrics_file.overridden,
+        );
+        push(
+            "metrics_file_interval_s".into(),
+            self.metrics_file_interval_s.value.to_string(),
+            &self.metrics_file_interval_s.source,
+            &self.metrics_file_interval_s.overridden,
+        );
         for (name, section) in &self.plugin_sections {
             for (k, s) in section.params.iter() {
                 let shown = redact_if_secret(k, &s.value.to_string());

@@ -27,6 +27,8 @@ pub(crate) enum Reader {
     Connector,
     /// FILE plugins (POSIX today).
     FilePlugins,
+    /// The metrics exporter a program starts (`hicache::start_metrics`).
+    Exporter,
     /// SGLang's own knob of this type: accepted so SGLang configs load, never given to a
     /// plugin.
     Engine(EngineKind),
@@ -203,6 +205,26 @@ pub(crate) const KEYS: &[KeySpec] = &[
         "`hicache` or `all`",
         Reader::FilePlugins,
         "what the cleaner may evict: pages under hicache naming only, or every object in the bucket dirs (SGLang-named ones too)",
+    ),
+    key(
+        "metrics_listen",
+        "loopback `host:port`; empty = off",
+        Reader::Exporter,
+        "serve Prometheus text at `http://<addr>/metrics` (loopback only: the exporter has no authentication)",
+    )
+    .env("HICACHE_METRICS_LISTEN"),
+    key(
+        "metrics_file",
+        "path; empty = off",
+        Reader::Exporter,
+        "rewrite this file with Prometheus text every `metrics_file_interval_s` (for node_exporter's textfile collector)",
+    )
+    .env("HICACHE_METRICS_FILE"),
+    key(
+        "metrics_file_interval_s",
+        "seconds (0.1-86400)",
+        Reader::Exporter,
+        "time between rewrites of `metrics_file`",
     ),
     engine(
         "prefetch_threshold",
@@ -463,6 +485,18 @@ pub(super) fn apply_top_level(
                 _ => return Err(one_of(key, &s, source, &["hicache", "all"])),
             };
             cfg.cleaner_scope.offer(scope, src);
+        }
+        "metrics_listen" => {
+            let addr = loopback_addr(key, value, source)?;
+            cfg.metrics_listen.offer(addr, src);
+        }
+        "metrics_file" => {
+            let path = optional_path(key, value, source)?;
+            cfg.metrics_file.offer(path, src);
+        }
+        "metrics_file_interval_s" => {
+            let x = seconds(key, value, source, 0.1)?;
+            cfg.metrics_file_interval_s.offer(x, src);
         }
         _ => {
             // A key in the table with no arm above: a bug here, not in the user's config.

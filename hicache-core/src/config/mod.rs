@@ -31,7 +31,8 @@ use dirs::render_dirs;
 use display::redact_if_secret;
 use keys::{apply_document, apply_env, apply_explicit};
 use values::{
-    one_of, percent, raw_value, seconds, size, strict_bool, string_value, type_error, uint_in,
+    loopback_addr, one_of, optional_path, percent, raw_value, seconds, size, strict_bool,
+    string_value, type_error, uint_in,
 };
 
 pub(crate) use dirs::{check_dir_list, parse_dir_list};
@@ -137,6 +138,12 @@ pub struct Config {
     pub cleaner_max_removals_per_s: Setting<u64>,
     /// Which objects the cleaner may evict.
     pub cleaner_scope: Setting<crate::capacity::CleanerScope>,
+    /// Loopback address the Prometheus exporter serves `/metrics` on.
+    pub metrics_listen: Setting<Option<std::net::SocketAddr>>,
+    /// File the Prometheus exporter rewrites with the current metrics.
+    pub metrics_file: Setting<Option<PathBuf>>,
+    /// Seconds between rewrites of `metrics_file`.
+    pub metrics_file_interval_s: Setting<f64>,
     /// Fully-qualified plugin sections, keyed upper-case, in file order.
     pub plugin_sections: Vec<(String, PluginSection)>,
     /// Flat-form parameters for whichever plugin is chosen.
@@ -168,6 +175,9 @@ impl Default for Config {
             cleaner_min_age_s: Setting::default_value(60.0),
             cleaner_max_removals_per_s: Setting::default_value(2000),
             cleaner_scope: Setting::default_value(crate::capacity::CleanerScope::Hicache),
+            metrics_listen: Setting::default_value(None),
+            metrics_file: Setting::default_value(None),
+            metrics_file_interval_s: Setting::default_value(10.0),
             plugin_sections: Vec::new(),
             flat_params: Params::default(),
             engine: EngineKeys::default(),

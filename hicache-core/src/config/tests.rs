@@ -603,3 +603,60 @@ fn hicache_config_names_the_file_when_no_file_is_given() {
         "{e}"
     );
 }
+
+/// The exporter's keys: loopback only, a fixed port, a real path; each refusal names its key.
+#[test]
+fn metrics_keys_refuse_bad_values() {
+    let refused = |key: &str, value: serde_json::Value, says: &str| {
+        let err = ConfigLoader::new()
+            .set(key, value.clone())
+            .load()
+            .expect_err(&format!("{key} = {value} must be refused"));
+        let text = err.to_string();
+        assert!(
+            matches!(err, crate::Error::InvalidConfig { .. })
+                && text.contains(key)
+                && text.contains(says),
+            "{key} = {value}: {text}"
+        );
+    };
+    refused("metrics_listen", "0.0.0.0:9464".into(), "not a loopback");
+    refused("metrics_listen", "10.1.2.3:9464".into(), "not a loopback");
+    refused("metrics_listen", "[::]:9464".into(), "not a loopback");
+    refused(
+        "metrics_listen",
+        "localhost:9464".into(),
+        "not an IP address",
+    );
+    refused("metrics_listen", "127.0.0.1".into(), "not an IP address");
+    refused("metrics_listen", "127.0.0.1:0".into(), "port 0");
+    refused(
+        "metrics_listen",
+        "127.0.0.1:99999".into(),
+        "not an IP address",
+    );
+    refused("metrics_listen", 9464.into(), "a string");
+    refused("metrics_file", "a\0b".into(), "NUL");
+    refused("metrics_file", 3.into(), "a string");
+    refused("metrics_file_interval_s", 0.into(), "outside 0.1..=86400");
+    refused("metrics_file_interval_s", "NaN".into(), "outside");
+
+    let cfg = ConfigLoader::new()
+        .set("metrics_listen", " [::1]:9464 ")
+        .set("metrics_file", "/run/hicache.prom")
+        .load()
+        .unwrap();
+    assert_eq!(
+        cfg.metrics_listen.value,
+        Some("[::1]:9464".parse().unwrap())
+    );
+    assert_eq!(
+        cfg.metrics_file.value.as_deref(),
+        Some(std::path::Path::new("/run/hicache.prom"))
+    );
+    let off = ConfigLoader::new()
+        .set("metrics_listen", "")
+        .load()
+        .unwrap();
+    assert_eq!(off.metrics_listen.value, None);
+}

@@ -263,3 +263,59 @@ pub(super) fn raw_value(key: &str, value: &Value, source: &Source) -> Result<Raw
         }
     })
 }
+
+/// A loopback `host:port` to serve metrics on, or `""` for none. Other hosts are refused:
+/// the exporter has no authentication, so it stays on this machine (a scraper elsewhere
+/// reaches it through a sidecar or the file exporter).
+pub(super) fn loopback_addr(
+    key: &str,
+    value: &Value,
+    source: &Source,
+) -> Result<Option<std::net::SocketAddr>> {
+    let s = string_value(key, value, source)?;
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let refuse = |reason: String| Error::InvalidConfig {
+        key: key.to_string(),
+        source_desc: source.to_string(),
+        reason,
+        hint: Some("write a loopback address with a port: 127.0.0.1:9464 or [::1]:9464".into()),
+    };
+    let addr: std::net::SocketAddr = s
+        .parse()
+        .map_err(|_| refuse(format!("`{s}` is not an IP address and port")))?;
+    if !addr.ip().is_loopback() {
+        return Err(refuse(format!(
+            "{} is not a loopback address (the exporter has no authentication)",
+            addr.ip()
+        )));
+    }
+    if addr.port() == 0 {
+        return Err(refuse(
+            "port 0 would pick a port no scraper knows".to_string(),
+        ));
+    }
+    Ok(Some(addr))
+}
+
+/// A file path, or `""` for none.
+pub(super) fn optional_path(
+    key: &str,
+    value: &Value,
+    source: &Source,
+) -> Result<Option<std::path::PathBuf>> {
+    let s = string_value(key, value, source)?;
+    if s.trim().is_empty() {
+        return Ok(None);
+    }
+    if s.contains('\0') {
+        return Err(Error::invalid_config(
+            key,
+            source.to_string(),
+            "a path cannot hold a NUL byte",
+        ));
+    }
+    Ok(Some(s.into()))
+}

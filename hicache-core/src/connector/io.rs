@@ -1,6 +1,7 @@
 //! The batch calls: pages in, pages out, existence, removal.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use crate::backend::{MissReason, ReadItem, ReadOutcome, WriteItem};
 use crate::error::Result;
@@ -32,11 +33,22 @@ impl HiCache {
                 .map(|_| Ok(SetOutcome::SkippedNotWriter))
                 .collect());
         }
+        let started = Instant::now();
         let per_call = (state.objects_per_call / state.parts.len()).max(1);
         let mut results = Vec::with_capacity(keys.len());
         for (kchunk, pchunk) in keys.chunks(per_call).zip(pages.chunks(per_call)) {
             results.extend(self.set_chunk(&state, kchunk, pchunk).await);
         }
+        let written = results
+            .iter()
+            .filter(|r| matches!(r, Ok(SetOutcome::Written)))
+            .count();
+        self.meters.set(
+            started.elapsed(),
+            written as u64,
+            state.geometry.page_bytes(),
+            results.iter().filter_map(|r| r.as_ref().err()),
+        );
         Ok(results)
     }
 
@@ -163,11 +175,14 @@ impl HiCache {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
+        let started = Instant::now();
         let per_call = (state.objects_per_call / state.parts.len()).max(1);
         let mut results = Vec::with_capacity(keys.len());
         for (kchunk, pchunk) in keys.chunks(per_call).zip(pages.chunks(per_call)) {
             results.extend(self.get_chunk(&state, kchunk, pchunk).await);
         }
+        self.meters
+            .get(started.elapsed(), &results, state.geometry.page_bytes());
         Ok(results)
     }
 
@@ -327,6 +342,13 @@ impl HiCache {
     ///
     /// A key whose existence check fails with an error ends the prefix (and is logged).
     pub async fn batch_exists(&self, keys: &[PageKey]) -> Result<usize> {
+        let started = Instant::now();
+        let found = self.exists_prefix(keys).await?;
+        self.meters.exists(started.elapsed(), keys.len(), found);
+        Ok(found)
+    }
+
+    async fn exists_prefix(&self, keys: &[PageKey]) -> Result<usize> {
         let state = self.current()?;
         let nparts = state.parts.len();
         let per_call = (state.objects_per_call / nparts).max(1);
@@ -422,6 +444,7 @@ impl HiCache {
     /// Removes pages (every object of each); a missing page is not an error.
     pub async fn batch_remove(&self, keys: &[PageKey]) -> Result<Vec<Result<()>>> {
         let state = self.current()?;
+        let started = Instant::now();
         let mut results = Vec::with_capacity(keys.len());
         for key in keys {
             let mut objects = Vec::with_capacity(state.parts.len());
@@ -447,6 +470,7 @@ impl HiCache {
             }
             results.push(res);
         }
+        self.meters.remove(started.elapsed(), &results);
         Ok(results)
     }
 

@@ -33,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::key::{KvPart, Namespace, NamingScheme, ObjectNamer};
 use crate::memory::MemKind;
 use crate::memory::align_up;
+use crate::meters::ConnectorMeters;
 use crate::pool::HostPool;
 use crate::probe::Fact;
 use crate::registry::{PluginRegistry, Selection};
@@ -51,6 +52,7 @@ pub struct HiCache {
     plugin_facts: Vec<Fact>,
     state: RwLock<Option<Arc<PoolState>>>,
     counters: Counters,
+    meters: ConnectorMeters,
 }
 
 impl fmt::Debug for HiCache {
@@ -90,6 +92,7 @@ impl HiCache {
     ) -> Result<Self> {
         options.identity.validate()?;
         let info = backend.info();
+        let meters = ConnectorMeters::new(&info.name);
         Ok(HiCache {
             backend,
             info,
@@ -102,6 +105,7 @@ impl HiCache {
                 .unwrap_or_default(),
             state: RwLock::new(None),
             counters: Counters::default(),
+            meters,
         })
     }
 
