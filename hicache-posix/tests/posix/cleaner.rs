@@ -169,6 +169,96 @@ fn over_its_high_watermark_a_dir_comes_back_under_the_low_one_keeping_recent_rea
     }
 }
 
+const SMALL_FS: &str = "HICACHE_TEST_CLEANER_SMALL_FS";
+
+/// Not a test on its own: what [`a_full_filesystem_comes_back_under_its_low_watermark`] runs
+/// in a private mount namespace, on the 1 MiB tmpfs mounted at `$HICACHE_TEST_CLEANER_SMALL_FS`.
+#[test]
+fn child_on_a_small_filesystem() {
+    let Some(mount) = std::env::var_os(SMALL_FS) else {
+        return;
+    };
+    let dir = Path::new(&mount).join("root");
+    let used = || {
+        let st = nix::sys::statvfs::statvfs(Path::new(&mount)).unwrap();
+        let total = st.blocks() as f64;
+        100.0 * (total - st.blocks_available() as f64) / total
+    };
+    let rt = runtime();
+    // 220 pages of 4 KiB fill 86 % of the 256 blocks: past the high watermark (80 %).
+    let (plain, _m, id) = with_pages(&config(&dir, None), 220);
+    rt.block_on(write(&plain, id, 0..220));
+    let all: Vec<u64> = (0..220).collect();
+    for r in rt.block_on(read(&plain, id, &all)) {
+        assert!(r.unwrap().is_hit());
+    }
+    drop(plain);
+    let before = used();
+    assert!(
+        before > 80.0,
+        "{before:.1} % used: not past the high watermark"
+    );
+    std::thread::sleep(Duration::from_millis(30));
+    let mut s = settings(0);
+    s.max_bytes = None;
+    s.min_age = Duration::from_millis(1500);
+    let (b, _m, id) = with_pages(&config(&dir, Some(s)), 220);
+    for r in rt.block_on(read(&b, id, &[0, 1, 2, 3, 4])) {
+        assert!(r.unwrap().is_hit());
+    }
+    eventually("usage under the low watermark", || used() <= 50.0);
+    let kept = stored(&b, 0..220);
+    let evicted: Vec<u64> = (0..220).filter(|i| !kept.contains(i)).collect();
+    let n = evicted.len() as u64;
+    assert_eq!(
+        evicted,
+        (5..5 + n).collect::<Vec<_>>(),
+        "the least recently used go, the 5 read last stay"
+    );
+    println!(
+        "small fs: {before:.1} % used, then {:.1} % after evicting {n} pages",
+        used()
+    );
+}
+
+/// The watermarks as percent of a real filesystem: a 1 MiB tmpfs (mounted in a private
+/// user and mount namespace, so nothing outside the test sees it) filled past 80 % comes
+/// back under 50 %, least recently used pages first and recently read ones kept.
+#[test]
+fn a_full_filesystem_comes_back_under_its_low_watermark() {
+    let probe = std::process::Command::new("unshare")
+        .args(["-rm", "true"])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!(
+            "SKIPPED: cannot make a private mount namespace (`unshare -rm`: {:?}); the \
+             percent-of-filesystem case needs one to mount a small tmpfs",
+            probe.map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("unshare")
+        .arg("-rm")
+        .arg("sh")
+        .arg("-c")
+        .arg(r#"mount -t tmpfs -o size=1m hicache-test "$0" && exec "$1" --exact cleaner::child_on_a_small_filesystem --nocapture"#)
+        .arg(tmp.path())
+        .arg(std::env::current_exe().unwrap())
+        .env(SMALL_FS, tmp.path())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    let line = text.lines().find(|l| l.starts_with("small fs:"));
+    println!("{}", line.expect("the child ran its case"));
+    assert!(
+        std::fs::read_dir(tmp.path()).unwrap().next().is_none(),
+        "the tmpfs was private to the child"
+    );
+}
+
 /// Objects outside the scope, temporary and spare names, links and files at the root are
 /// never removed, however far over its budget the dir is.
 #[test]
