@@ -81,6 +81,15 @@ pub struct DirSpace {
 }
 
 impl CleanerSettings {
+    /// Bytes written after which a cleaner should not wait for its next interval: half the
+    /// watermark band of a dir of `capacity` bytes (its budget, or its filesystem's size),
+    /// and at least 1 MiB. A writer faster than the band per interval then wakes the
+    /// cleaner instead of overshooting by a whole interval of writes.
+    pub fn early_pass_after(&self, capacity: u64) -> u64 {
+        let band = (self.high_watermark - self.low_watermark).max(0.0) / 100.0;
+        ((capacity as f64 * band / 2.0) as u64).max(1 << 20)
+    }
+
     /// Bytes the dir must give back, 0 when it is not above a limit:
     ///
     /// - with a budget, objects at or above `high`% of `max_bytes` are cleaned down to

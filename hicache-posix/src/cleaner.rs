@@ -29,6 +29,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -161,24 +162,40 @@ fn read_record(fd: BorrowedFd<'_>) -> Option<CleanerRecord> {
 /// Stop flag and wake-up of the cleaner thread, and what it last did.
 #[derive(Debug, Default)]
 struct Shared {
-    stopped: Mutex<bool>,
+    state: Mutex<Wake>,
     wake: Condvar,
     dirs: Mutex<Vec<CleanerDir>>,
+    /// Bytes this backend set out to write since the last pass began.
+    written: AtomicU64,
+    /// Bytes written after which the next pass starts at once (half the watermark band of
+    /// the smallest dir this process cleans); 0 until a pass has set it: no early pass.
+    trigger: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Wake {
+    stopped: bool,
+    /// Writes reached the trigger: the next pass should not wait for its interval.
+    nudged: bool,
 }
 
 impl Shared {
-    /// Waits up to `d`; true when the cleaner is to stop.
-    fn wait(&self, d: Duration) -> bool {
+    /// Waits up to `d`, or until writes reach the trigger when `nudges` is set; true when
+    /// the cleaner is to stop.
+    fn wait(&self, d: Duration, nudges: bool) -> bool {
         let deadline = Instant::now() + d;
-        let mut stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
-        while !*stopped {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while !state.stopped {
+            if nudges && std::mem::take(&mut state.nudged) {
+                return false;
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
             }
-            stopped = self
+            state = self
                 .wake
-                .wait_timeout(stopped, left)
+                .wait_timeout(state, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
@@ -186,7 +203,7 @@ impl Shared {
     }
 
     fn is_stopped(&self) -> bool {
-        *self.stopped.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).stopped
     }
 }
 
@@ -240,6 +257,22 @@ impl Cleaner {
         })
     }
 
+    /// Counts `bytes` about to be written; the write that takes the count past the trigger
+    /// wakes the cleaner, so a fast writer is not ahead of it by a whole interval. One atomic
+    /// add per write batch; the lock only on that crossing.
+    pub(crate) fn note_written(&self, bytes: u64) {
+        let trigger = self.shared.trigger.load(Ordering::Relaxed);
+        let before = self.shared.written.fetch_add(bytes, Ordering::Relaxed);
+        if trigger > 0 && before < trigger && before.saturating_add(bytes) >= trigger {
+            self.shared
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .nudged = true;
+            self.shared.wake.notify_all();
+        }
+    }
+
     /// Each storage dir as this cleaner last saw it.
     pub(crate) fn dirs(&self) -> Vec<CleanerDir> {
         self.shared
@@ -252,11 +285,11 @@ impl Cleaner {
 
 impl Drop for Cleaner {
     fn drop(&mut self) {
-        *self
-            .shared
-            .stopped
+        self.shared
+            .state
             .lock()
-            .unwrap_or_else(|e| e.into_inner()) = true;
+            .unwrap_or_else(|e| e.into_inner())
+            .stopped = true;
         self.shared.wake.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -304,7 +337,7 @@ impl Worker {
     fn run(mut self) {
         loop {
             self.pass();
-            if self.shared.wait(self.settings.interval) {
+            if self.shared.wait(self.settings.interval, true) {
                 break;
             }
         }
@@ -319,9 +352,12 @@ impl Worker {
             .filter(|&r| self.locks[r].is_some())
             .collect();
         if held.is_empty() {
+            // Another process cleans every dir: writes here cannot wake it.
+            self.shared.trigger.store(0, Ordering::Relaxed);
             return;
         }
         let started = Instant::now();
+        self.shared.written.store(0, Ordering::Relaxed);
         let mut scan = if self.settings.max_bytes.is_some() {
             match self.scan() {
                 Some(s) => Some(s),
@@ -331,10 +367,13 @@ impl Worker {
             None
         };
         let mut need = vec![0u64; self.roots.len()];
+        let mut trigger = u64::MAX;
         let mut errors: Vec<Option<String>> = vec![None; self.roots.len()];
         for &r in &held {
             match crate::fsinfo::space(&self.paths[r]) {
                 Ok((available, total)) => {
+                    let capacity = self.settings.max_bytes.unwrap_or(total);
+                    trigger = trigger.min(self.settings.early_pass_after(capacity));
                     let objects = scan.as_ref().map_or(0, |s| s.bytes[r]);
                     need[r] = self.settings.need(DirSpace {
                         total,
@@ -345,6 +384,10 @@ impl Worker {
                 Err(e) => errors[r] = Some(format!("statvfs: {e}")),
             }
         }
+        self.shared.trigger.store(
+            if trigger == u64::MAX { 0 } else { trigger },
+            Ordering::Relaxed,
+        );
         let asked = need.clone();
         let mut passes: Vec<CleanerPass> = held
             .iter()
@@ -627,7 +670,7 @@ impl Worker {
                         removed_files as f64 / f64::from(self.settings.max_removals_per_s),
                     );
                     if let Some(ahead) = due.checked_sub(started.elapsed())
-                        && self.shared.wait(ahead)
+                        && self.shared.wait(ahead, false)
                     {
                         return;
                     }

@@ -147,6 +147,8 @@ fn start_with(settings: Settings, config: &Config) -> Result<Option<&'static Met
         return Ok(None);
     }
     #[cfg(not(feature = "prometheus"))]
+    let _ = config;
+    #[cfg(not(feature = "prometheus"))]
     return Err(Error::Unsupported {
         component: crate::Component::Tool("metrics exporter"),
         operation: format!(

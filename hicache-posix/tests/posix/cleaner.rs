@@ -169,6 +169,47 @@ fn over_its_high_watermark_a_dir_comes_back_under_the_low_one_keeping_recent_rea
     }
 }
 
+/// A writer that passes half the watermark band wakes the cleaner: with an interval of an
+/// hour, the dir still comes back under its low watermark.
+#[test]
+fn writes_past_half_the_band_wake_the_cleaner() {
+    let rt = runtime();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("root");
+    let mut s = settings(40 * PAGE);
+    s.interval = Duration::from_secs(3600);
+    let (b, _m, id) = with_pages(&config(&dir, Some(s)), 40);
+    // The first pass (at start) sets the trigger: half of 30 % of 40 pages, 6 pages, but
+    // at least 1 MiB (256 pages of 4 KiB): write past it in batches.
+    eventually("the first pass", || {
+        b.cleaner().is_some_and(|d| d[0].last_pass.is_some())
+    });
+    for round in 0..8u64 {
+        rt.block_on(write_keys(&b, id, round * 40, 40));
+    }
+    // Woken once 1 MiB (256 pages) was written, the pass found at least that many and
+    // evicted down to 50 % of the budget (20 pages).
+    eventually("a pass woken by the writes", || {
+        b.cleaner()
+            .and_then(|d| d[0].last_pass.clone())
+            .is_some_and(|p| p.pages >= 236)
+    });
+}
+
+/// Writes `n` pages from the region's pages `0..n` under keys `first..first + n`.
+async fn write_keys(b: &PosixBackend, id: hicache_core::raw::RegionId, first: u64, n: u64) {
+    let keys: Vec<ObjectKey> = (first..first + n).map(key).collect();
+    let segs: Vec<[Slice; 1]> = (0..n).map(|i| [Slice::new(id, i * PAGE, PAGE)]).collect();
+    let items: Vec<WriteItem<'_>> = keys
+        .iter()
+        .zip(&segs)
+        .map(|(key, segments)| WriteItem { key, segments })
+        .collect();
+    for r in b.write(&items).await {
+        r.unwrap();
+    }
+}
+
 const SMALL_FS: &str = "HICACHE_TEST_CLEANER_SMALL_FS";
 
 /// Not a test on its own: what [`a_full_filesystem_comes_back_under_its_low_watermark`] runs
