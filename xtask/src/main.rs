@@ -10,6 +10,7 @@ mod fuzz;
 mod modules;
 mod mutants;
 mod python;
+mod soak;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
         Some("python") => python::python(&args[1..]),
         Some("s3-servers") => s3_servers().map(drop),
         Some("sanitize") => sanitize(),
+        Some("soak") => soak::soak(&args[1..]),
         Some("fmt") => fmt(),
         Some("help") | None => {
             print_help();
@@ -58,9 +60,13 @@ fn print_help() {
          \x20      suite on the reference backend [--file PATH]... [--re REGEX] [--shard K/N]\n\
          \x20      [--iterate] [--list] (installs cargo-mutants into target/tools; summary in\n\
          \x20      target/mutants.json)\n\
-         python the Python package (hicache-py): an abi3 wheel built with maturin, installed in
-         \x20      target/py-venv with numpy, tested against SGLang 0.5.23's own storage classes
+         python the Python package (hicache-py): an abi3 wheel built with maturin, installed in\n\
+         \x20      target/py-venv with numpy, tested against SGLang 0.5.23's own storage classes\n\
          s3-servers  install the S3 test servers (moto in target/s3-venv, s3s-fs in target/s3s)\n\
+         soak   three I/O threads against a storage dir the cleaner holds at its limit, release\n\
+         \x20      build: 0 wrong bytes, usage in the band, RSS flat [--seconds N (default 600)]\n\
+         \x20      [--write-mib-s M (default 256; 0 = unthrottled)] [--dir D] [--json FILE]\n\
+         \x20      (default target/soak.json)\n\
          sanitize    Miri on core's memory, pool, envelope, key and routing tests; POSIX engine\n\
          \x20           tests under AddressSanitizer (installs nightly's miri and rust-src)\n\
          fmt    format the workspace\n\
@@ -320,6 +326,22 @@ fn ci() -> Result<(), String> {
         }
         step(&format!("cargo run -p hicache --example {example}"), run)?;
     }
+    // The capacity soak, short and at a rate a debug build sustains; `cargo xtask soak` runs
+    // it for 10 minutes in a release build.
+    let mut soak = cargo();
+    soak.args([
+        "run",
+        "-p",
+        "hicache",
+        "--example",
+        "soak",
+        "--",
+        "--seconds",
+        "20",
+        "--write-mib-s",
+        "64",
+    ]);
+    step("cargo run -p hicache --example soak (20 s)", soak)?;
 
     // SGLang loads hicache through the Python package: its wheel must build and pass.
     python::python(&[])?;
