@@ -399,22 +399,24 @@ fn watermarks() {
     );
 }
 
+/// Loading `key = value` fails with an `InvalidConfig` naming the key and saying `says`.
+fn refused(key: &str, value: serde_json::Value, says: &str) {
+    let err = ConfigLoader::new()
+        .set(key, value.clone())
+        .load()
+        .expect_err(&format!("{key} = {value} must be refused"));
+    let text = err.to_string();
+    assert!(
+        matches!(err, crate::Error::InvalidConfig { .. })
+            && text.contains(key)
+            && text.contains(says),
+        "{key} = {value}: {text}"
+    );
+}
+
 /// Every bad cleaner value is a typed error that names its key and says what is allowed.
 #[test]
 fn cleaner_keys_refuse_bad_values() {
-    let refused = |key: &str, value: serde_json::Value, says: &str| {
-        let err = ConfigLoader::new()
-            .set(key, value.clone())
-            .load()
-            .expect_err(&format!("{key} = {value} must be refused"));
-        let text = err.to_string();
-        assert!(
-            matches!(err, crate::Error::InvalidConfig { .. })
-                && text.contains(key)
-                && text.contains(says),
-            "{key} = {value}: {text}"
-        );
-    };
     refused("l3_cleaner_high_watermark", "NaN".into(), "outside 0..=100");
     refused("l3_cleaner_low_watermark", "nan".into(), "outside 0..=100");
     refused("l3_cleaner_high_watermark", (-1).into(), "outside 0..=100");
@@ -607,19 +609,6 @@ fn hicache_config_names_the_file_when_no_file_is_given() {
 /// The exporter's keys: loopback only, a fixed port, a real path; each refusal names its key.
 #[test]
 fn metrics_keys_refuse_bad_values() {
-    let refused = |key: &str, value: serde_json::Value, says: &str| {
-        let err = ConfigLoader::new()
-            .set(key, value.clone())
-            .load()
-            .expect_err(&format!("{key} = {value} must be refused"));
-        let text = err.to_string();
-        assert!(
-            matches!(err, crate::Error::InvalidConfig { .. })
-                && text.contains(key)
-                && text.contains(says),
-            "{key} = {value}: {text}"
-        );
-    };
     refused("metrics_listen", "0.0.0.0:9464".into(), "not a loopback");
     refused("metrics_listen", "10.1.2.3:9464".into(), "not a loopback");
     refused("metrics_listen", "[::]:9464".into(), "not a loopback");

@@ -63,9 +63,21 @@ fn with_pages(
     (b, memory, id)
 }
 
+/// Writes the region's pages `pages` under their own keys.
 async fn write(b: &PosixBackend, id: hicache_core::raw::RegionId, pages: std::ops::Range<u64>) {
-    let keys: Vec<ObjectKey> = pages.clone().map(key).collect();
-    let segs: Vec<[Slice; 1]> = pages.map(|i| [Slice::new(id, i * PAGE, PAGE)]).collect();
+    write_from(b, id, pages.clone().map(key).collect(), pages.start).await;
+}
+
+/// Writes `keys` from the region's pages `first..`.
+async fn write_from(
+    b: &PosixBackend,
+    id: hicache_core::raw::RegionId,
+    keys: Vec<ObjectKey>,
+    first: u64,
+) {
+    let segs: Vec<[Slice; 1]> = (first..first + keys.len() as u64)
+        .map(|i| [Slice::new(id, i * PAGE, PAGE)])
+        .collect();
     let items: Vec<WriteItem<'_>> = keys
         .iter()
         .zip(&segs)
@@ -185,29 +197,21 @@ fn writes_past_half_the_band_wake_the_cleaner() {
         b.cleaner().is_some_and(|d| d[0].last_pass.is_some())
     });
     for round in 0..8u64 {
-        rt.block_on(write_keys(&b, id, round * 40, 40));
+        rt.block_on(write_from(
+            &b,
+            id,
+            (round * 40..round * 40 + 40).map(key).collect(),
+            0,
+        ));
     }
-    // Woken once 1 MiB (256 pages) was written, the pass found at least that many and
-    // evicted down to 50 % of the budget (20 pages).
+    // The batch that takes the count past 1 MiB (256 pages) wakes it as it starts, when 240
+    // pages are stored: the pass evicts at least 220 of them, down to 50 % of the budget
+    // (20 pages).
     eventually("a pass woken by the writes", || {
         b.cleaner()
             .and_then(|d| d[0].last_pass.clone())
-            .is_some_and(|p| p.pages >= 236)
+            .is_some_and(|p| p.pages >= 220)
     });
-}
-
-/// Writes `n` pages from the region's pages `0..n` under keys `first..first + n`.
-async fn write_keys(b: &PosixBackend, id: hicache_core::raw::RegionId, first: u64, n: u64) {
-    let keys: Vec<ObjectKey> = (first..first + n).map(key).collect();
-    let segs: Vec<[Slice; 1]> = (0..n).map(|i| [Slice::new(id, i * PAGE, PAGE)]).collect();
-    let items: Vec<WriteItem<'_>> = keys
-        .iter()
-        .zip(&segs)
-        .map(|(key, segments)| WriteItem { key, segments })
-        .collect();
-    for r in b.write(&items).await {
-        r.unwrap();
-    }
 }
 
 const SMALL_FS: &str = "HICACHE_TEST_CLEANER_SMALL_FS";
@@ -247,7 +251,21 @@ fn child_on_a_small_filesystem() {
     for r in rt.block_on(read(&b, id, &[0, 1, 2, 3, 4])) {
         assert!(r.unwrap().is_hit());
     }
-    eventually("usage under the low watermark", || used() <= 50.0);
+    // The cleaner frees what `statvfs` says is over; the lock file's record, rewritten after
+    // the pass, may take a block of its own (0.4 % here).
+    let mut last = before;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while {
+        last = used();
+        last > 50.4
+    } {
+        let pass = b.cleaner().and_then(|d| d[0].last_pass.clone());
+        assert!(
+            Instant::now() < deadline,
+            "still {last:.2} % used; last pass: {pass:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let kept = stored(&b, 0..220);
     let evicted: Vec<u64> = (0..220).filter(|i| !kept.contains(i)).collect();
     let n = evicted.len() as u64;
