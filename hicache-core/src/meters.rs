@@ -3,9 +3,10 @@
 //! A library only emits: nothing is recorded until the program installs a recorder
 //! (`hicache::start_metrics` installs a Prometheus one from the config; any other
 //! `metrics` recorder works too). Emissions happen once per batch call and once per
-//! cleaner pass, never per page; a connector builds its metric keys when it opens, so its
-//! emissions allocate nothing. Each emission looks the recorder up, so a recorder installed
-//! after the connector opened still sees everything from then on.
+//! cleaner pass, never per page; a connector builds its metric keys when it opens, so a
+//! batch call makes no keys or labels of its own (what the recorder does with a value is
+//! the recorder's). Each emission looks the recorder up, so a recorder installed after the
+//! connector opened still sees everything from then on.
 //!
 //! Names follow Prometheus conventions: `hicache_` prefix, base units (bytes, seconds),
 //! `_total` on counters. Every connector metric carries a `backend` label (the plugin's
@@ -151,8 +152,8 @@ const MISS_REASONS: [&str; 6] = [
     "corrupt",
 ];
 
-/// What one connector emits. Its keys are built once, when it opens, so a batch call's
-/// emissions allocate nothing (a failed page's error, labelled by kind, does).
+/// What one connector emits. Its keys are built once, when it opens, so a batch call makes
+/// none (a failed page's error, labelled by kind, does).
 #[derive(Clone, Debug)]
 pub(crate) struct ConnectorMeters {
     backend: SharedString,

@@ -258,8 +258,8 @@ impl Cleaner {
     }
 
     /// Counts `bytes` about to be written; the write that takes the count past the trigger
-    /// wakes the cleaner, so a fast writer is not ahead of it by a whole interval. One atomic
-    /// add per write batch; the lock only on that crossing.
+    /// wakes the cleaner, so a fast writer is not ahead of it by a whole interval. An atomic
+    /// load and add per write batch; the lock only on that crossing.
     pub(crate) fn note_written(&self, bytes: u64) {
         let trigger = self.shared.trigger.load(Ordering::Relaxed);
         let before = self.shared.written.fetch_add(bytes, Ordering::Relaxed);
