@@ -253,12 +253,12 @@ fn child_on_a_small_filesystem() {
     }
     // The cleaner frees what `statvfs` says is over; the lock file's record, rewritten after
     // the pass, may take a block of its own (0.4 % here).
-    let mut last = before;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while {
-        last = used();
-        last > 50.4
-    } {
+    loop {
+        let last = used();
+        if last <= 50.4 {
+            break;
+        }
         let pass = b.cleaner().and_then(|d| d[0].last_pass.clone());
         assert!(
             Instant::now() < deadline,
