@@ -485,9 +485,9 @@ impl DataPath for Gated {
     }
 }
 
-/// The oldest page is being read (its read waits at a gate for many cleaner passes) while
-/// the cleaner must evict every page: it evicts all the others and keeps that one, and the
-/// read returns its bytes whole.
+/// A page is being read (its read waits at a gate for many cleaner passes) while the
+/// cleaner must evict every page: it evicts all the others and keeps that one, and the read
+/// returns its bytes whole.
 #[test]
 fn a_page_being_read_is_never_evicted() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -497,8 +497,14 @@ fn a_page_being_read_is_never_evicted() {
         .unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("root");
+    // Page 0 is written last, after the others are past `min_age`: the cleaner's first
+    // passes, which may come before the read below has started, leave it alone.
+    let min_age = Duration::from_millis(1500);
     let (plain, _m, id) = with_pages(&config(&dir, None), 6);
-    rt.block_on(write(&plain, id, 0..6));
+    rt.block_on(write(&plain, id, 1..6));
+    std::thread::sleep(min_age + Duration::from_millis(100));
+    rt.block_on(write(&plain, id, 0..1));
+    let young_until = Instant::now() + min_age;
     drop(plain);
     let path = Arc::new(Gated::default());
     // A failing assertion must not leave the read waiting forever (the runtime's drop
@@ -511,8 +517,18 @@ fn a_page_being_read_is_never_evicted() {
     }
     let _gate = OpenOnDrop(path.clone());
     let b = Arc::new(
-        PosixBackend::with_data_path("GATED", &config(&dir, Some(settings(PAGE))), path.clone())
-            .unwrap(),
+        PosixBackend::with_data_path(
+            "GATED",
+            &config(
+                &dir,
+                Some(CleanerSettings {
+                    min_age,
+                    ..settings(PAGE)
+                }),
+            ),
+            path.clone(),
+        )
+        .unwrap(),
     );
     let memory = MemoryRegion::from_aligned(AlignedBuf::zeroed(PAGE as usize, 4096).unwrap());
     let rid = b.register(memory.clone()).unwrap();
@@ -532,7 +548,9 @@ fn a_page_being_read_is_never_evicted() {
         path.waiting.load(Ordering::SeqCst)
     });
     eventually("the others go", || stored(&b, 1..6).is_empty());
-    // Many more passes than the two intervals recent reads are kept for.
+    // Past `min_age`, and many more passes than the two intervals recent reads are kept
+    // for: only the read in flight keeps the page now.
+    std::thread::sleep(young_until.saturating_duration_since(Instant::now()));
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(stored(&b, 0..6), [0], "the page being read stays");
     path.open.store(true, Ordering::SeqCst);
