@@ -446,39 +446,13 @@ impl DataPath for Gated {
         "gated pread/pwrite"
     }
     fn transfer(&self, t: &Transfer<'_>) -> std::io::Result<u64> {
-        use std::os::fd::AsRawFd;
         if t.direction() == Direction::Read {
             self.waiting.store(true, Ordering::SeqCst);
             while !self.open.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        let mut done = 0u64;
-        for (addr, len) in t.segments() {
-            // SAFETY: the file layer's promise: the segment lies in registered, pinned host
-            // memory reserved for this transfer; the descriptor is open.
-            let n = unsafe {
-                match t.direction() {
-                    Direction::Write => libc::pwrite(
-                        t.file().as_raw_fd(),
-                        addr as *const _,
-                        len,
-                        (t.offset() + done) as i64,
-                    ),
-                    Direction::Read => libc::pread(
-                        t.file().as_raw_fd(),
-                        addr as *mut _,
-                        len,
-                        (t.offset() + done) as i64,
-                    ),
-                }
-            };
-            if n < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            done += n as u64;
-        }
-        Ok(done)
+        super::data_path::host_transfer(t)
     }
     fn describe(&self) -> String {
         "a gated test path".into()

@@ -28,32 +28,38 @@ impl Counting {
         if t.direction() == Direction::Read && self.fail_reads.load(Ordering::Relaxed) {
             return Err(io::Error::other("the test path refuses reads"));
         }
-        let mut at = t.offset();
-        let mut done = 0;
-        for (addr, len) in t.segments() {
-            // SAFETY: the file layer's promise: the segment lies in registered, pinned host
-            // memory reserved for this transfer; the descriptor is open.
-            let n = unsafe {
-                match t.direction() {
-                    Direction::Write => {
-                        libc::pwrite(t.file().as_raw_fd(), addr as *const _, len, at as i64)
-                    }
-                    Direction::Read => {
-                        libc::pread(t.file().as_raw_fd(), addr as *mut _, len, at as i64)
-                    }
-                }
-            };
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            done += n as u64;
-            at += n as u64;
-            if (n as usize) < len {
-                break;
-            }
-        }
-        Ok(done)
+        host_transfer(t)
     }
+}
+
+/// A transfer of host memory by `pwrite`/`pread`, stopping at a short one: what a data path
+/// for host memory does (the test paths share it).
+pub(crate) fn host_transfer(t: &Transfer<'_>) -> io::Result<u64> {
+    let mut at = t.offset();
+    let mut done = 0;
+    for (addr, len) in t.segments() {
+        // SAFETY: the file layer's promise: the segment lies in registered, pinned host
+        // memory reserved for this transfer; the descriptor is open.
+        let n = unsafe {
+            match t.direction() {
+                Direction::Write => {
+                    libc::pwrite(t.file().as_raw_fd(), addr as *const _, len, at as i64)
+                }
+                Direction::Read => {
+                    libc::pread(t.file().as_raw_fd(), addr as *mut _, len, at as i64)
+                }
+            }
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        done += n as u64;
+        at += n as u64;
+        if (n as usize) < len {
+            break;
+        }
+    }
+    Ok(done)
 }
 
 impl DataPath for Counting {
