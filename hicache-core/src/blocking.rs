@@ -4,10 +4,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::backend::ReadOutcome;
-use crate::connector::{HiCache, HostSlots, PoolReport, SetOutcome, Stats};
+use crate::connector::{
+    ExistsV2, HiCache, HostSlots, PoolQuery, PoolReport, PoolTransfer, SetOutcome, Stats,
+};
 use crate::error::{Error, Result};
 use crate::key::PageKey;
-use crate::pool::HostPool;
+use crate::pool::{HostPool, PoolName, SidecarPool};
 
 /// A blocking façade over [`HiCache`] for callers without an async runtime.
 ///
@@ -99,6 +101,37 @@ impl BlockingHiCache {
     /// See [`HiCache::batch_remove`].
     pub fn batch_remove(&self, keys: &[PageKey]) -> Result<Vec<Result<()>>> {
         self.block_on("batch_remove", self.inner.batch_remove(keys))?
+    }
+
+    /// See [`HiCache::register_sidecar`].
+    pub fn register_sidecar(&self, pool: SidecarPool) -> Result<PoolReport> {
+        self.inner.register_sidecar(pool)
+    }
+
+    /// See [`HiCache::unregister_sidecar`].
+    pub fn unregister_sidecar(&self, name: &PoolName) -> Result<bool> {
+        self.block_on("unregister_sidecar", self.inner.unregister_sidecar(name))
+    }
+
+    /// See [`HiCache::batch_exists_v2`].
+    pub fn batch_exists_v2(&self, keys: &[PageKey], pools: &[PoolQuery<'_>]) -> Result<ExistsV2> {
+        self.block_on("batch_exists_v2", self.inner.batch_exists_v2(keys, pools))?
+    }
+
+    /// See [`HiCache::batch_set_v2`].
+    pub fn batch_set_v2(
+        &self,
+        transfers: &[PoolTransfer<'_>],
+    ) -> Result<Vec<Vec<Result<SetOutcome>>>> {
+        self.block_on("batch_set_v2", self.inner.batch_set_v2(transfers))?
+    }
+
+    /// See [`HiCache::batch_get_v2`].
+    pub fn batch_get_v2(
+        &self,
+        transfers: &[PoolTransfer<'_>],
+    ) -> Result<Vec<Vec<Option<Result<ReadOutcome>>>>> {
+        self.block_on("batch_get_v2", self.inner.batch_get_v2(transfers))?
     }
 
     /// See [`HiCache::clear`].

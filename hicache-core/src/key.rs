@@ -15,7 +15,7 @@ use blake2::{Blake2b, Digest};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::pool::{AttentionKind, PoolGeometry};
+use crate::pool::{AttentionKind, PoolGeometry, PoolName, SidecarGeometry};
 
 /// Longest page key accepted, in bytes.
 pub const MAX_PAGE_KEY_LEN: usize = 160;
@@ -263,6 +263,43 @@ impl Namespace {
         Namespace(digest.into())
     }
 
+    /// The namespace of the sidecar pool `pool` of `geometry` stored by `identity`: the
+    /// identity as for a KV pool (without the TP rank when the pool is rank-replicated),
+    /// the pool's name, page size, each buffer's span lengths and the caller's format.
+    pub fn sidecar(
+        identity: &StorageIdentity,
+        pool: &PoolName,
+        geometry: &SidecarGeometry,
+    ) -> Self {
+        let mut canon = String::from("hicache-sidecar-namespace-v1\n");
+        let mut field = |k: &str, v: &dyn fmt::Display| {
+            canon.push_str(k);
+            canon.push('=');
+            canon.push_str(&v.to_string());
+            canon.push('\n');
+        };
+        field("pool", pool);
+        field("model", &identity.model);
+        let replicated = geometry.rank_replicated();
+        if !replicated {
+            field("tp_rank", &identity.tp_rank);
+            field("tp_size", &identity.tp_size);
+        }
+        field("rank_replicated", &replicated);
+        field("pp_rank", &identity.pp_rank);
+        field("pp_size", &identity.pp_size);
+        field("cp_rank", &identity.cp_rank);
+        field("cp_size", &identity.cp_size);
+        field("page_tokens", &geometry.page_tokens());
+        for (i, b) in geometry.buffers().iter().enumerate() {
+            let lens: Vec<String> = b.spans().iter().map(|s| s.len.to_string()).collect();
+            field(&format!("buffer{i}"), &lens.join(","));
+        }
+        field("format", &geometry.format());
+        let digest = Blake2b::<U16>::digest(canon.as_bytes());
+        Namespace(digest.into())
+    }
+
     /// From raw bytes (as stored in an envelope header).
     pub const fn from_bytes(bytes: [u8; 16]) -> Self {
         Namespace(bytes)
@@ -315,15 +352,6 @@ impl fmt::Display for NamingScheme {
     }
 }
 
-/// Which part of a page an object holds under SGLang zero-copy naming.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum KvPart {
-    /// `_k` (MLA's only part).
-    K,
-    /// `_v` (MHA only).
-    V,
-}
-
 /// Turns page keys into object names for one pool.
 #[derive(Clone, Debug)]
 pub(crate) struct ObjectNamer {
@@ -331,18 +359,19 @@ pub(crate) struct ObjectNamer {
 }
 
 impl ObjectNamer {
-    /// A namer for `scheme`, pool namespace `ns`, engine identity and pool attention kind.
+    /// A namer for `scheme`, pool namespace `ns` and engine identity; `replicated` pools
+    /// (MLA) leave the TP rank out of SGLang names.
     pub(crate) fn new(
         scheme: NamingScheme,
         ns: &Namespace,
         identity: &StorageIdentity,
-        attention: &AttentionKind,
+        replicated: bool,
     ) -> Self {
         let suffix = match scheme {
             NamingScheme::Hicache => format!(".{}", ns.short_hex()),
             NamingScheme::Sglang => {
                 let model = identity.model.replace('/', "-");
-                if attention.is_rank_replicated() {
+                if replicated {
                     format!("_{model}")
                 } else {
                     format!("_{model}_{}_{}", identity.tp_rank, identity.tp_size)
@@ -352,17 +381,32 @@ impl ObjectNamer {
         ObjectNamer { suffix }
     }
 
+    /// A namer for the sidecar pool `pool`: under SGLang naming, SGLang's component names
+    /// (`{key}{rank suffix}_{pool}`, Mamba always with the TP rank); under hicache naming the
+    /// sidecar's own namespace, as for any pool.
+    pub(crate) fn sidecar(
+        scheme: NamingScheme,
+        ns: &Namespace,
+        identity: &StorageIdentity,
+        replicated: bool,
+        pool: &PoolName,
+    ) -> Self {
+        let mut namer = ObjectNamer::new(scheme, ns, identity, replicated && !pool.is_mamba());
+        if scheme == NamingScheme::Sglang {
+            namer.suffix.push('_');
+            namer.suffix.push_str(pool.as_str());
+        }
+        namer
+    }
+
     /// The object holding the whole page.
     pub(crate) fn page_object(&self, key: &PageKey) -> Result<ObjectKey> {
         ObjectKey::concat(&[key.as_str(), &self.suffix])
     }
 
-    /// The object holding one K/V part of a page (SGLang zero-copy naming).
-    pub(crate) fn part_object(&self, key: &PageKey, part: KvPart) -> Result<ObjectKey> {
-        let tag = match part {
-            KvPart::K => "_k",
-            KvPart::V => "_v",
-        };
+    /// The object holding one part of a page, named by its tag (SGLang zero-copy naming:
+    /// `_k`, `_v`, a sidecar's `_conv_0`…).
+    pub(crate) fn part_object(&self, key: &PageKey, tag: &str) -> Result<ObjectKey> {
         ObjectKey::concat(&[key.as_str(), &self.suffix, tag])
     }
 }
@@ -588,9 +632,14 @@ mod tests {
         };
         let g = mha(Layout::PageFirst);
         let ns = Namespace::new(&id, &g);
-        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention());
+        let namer = ObjectNamer::new(
+            NamingScheme::Sglang,
+            &ns,
+            &id,
+            g.attention().is_rank_replicated(),
+        );
         assert_eq!(
-            namer.part_object(&key, KvPart::K).unwrap().as_str(),
+            namer.part_object(&key, "_k").unwrap().as_str(),
             "H_Qwen-Qwen3-8B_0_2_k"
         );
         assert_eq!(
@@ -599,12 +648,22 @@ mod tests {
         );
         let id = StorageIdentity::single("deepseek-ai/DeepSeek-V3");
         let g = mla();
-        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention());
+        let namer = ObjectNamer::new(
+            NamingScheme::Sglang,
+            &ns,
+            &id,
+            g.attention().is_rank_replicated(),
+        );
         assert_eq!(
-            namer.part_object(&key, KvPart::K).unwrap().as_str(),
+            namer.part_object(&key, "_k").unwrap().as_str(),
             "H_deepseek-ai-DeepSeek-V3_k"
         );
-        let hc = ObjectNamer::new(NamingScheme::Hicache, &ns, &id, &g.attention());
+        let hc = ObjectNamer::new(
+            NamingScheme::Hicache,
+            &ns,
+            &id,
+            g.attention().is_rank_replicated(),
+        );
         assert_eq!(
             hc.page_object(&key).unwrap().as_str(),
             format!("H.{}", ns.short_hex())
@@ -618,16 +677,31 @@ mod tests {
         let id = StorageIdentity::single("../../etc");
         let g = mha(Layout::PageFirst);
         let ns = Namespace::new(&id, &g);
-        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention());
+        let namer = ObjectNamer::new(
+            NamingScheme::Sglang,
+            &ns,
+            &id,
+            g.attention().is_rank_replicated(),
+        );
         assert_eq!(namer.page_object(&key).unwrap().as_str(), "H_..-..-etc_0_1");
         let id = StorageIdentity::single("a\nb");
-        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention());
+        let namer = ObjectNamer::new(
+            NamingScheme::Sglang,
+            &ns,
+            &id,
+            g.attention().is_rank_replicated(),
+        );
         assert!(
             namer.page_object(&key).is_err(),
             "a control character is still refused"
         );
         let id = StorageIdentity::single("org/Model..v2");
-        let namer = ObjectNamer::new(NamingScheme::Sglang, &ns, &id, &g.attention());
+        let namer = ObjectNamer::new(
+            NamingScheme::Sglang,
+            &ns,
+            &id,
+            g.attention().is_rank_replicated(),
+        );
         assert_eq!(
             namer.page_object(&key).unwrap().as_str(),
             "H_org-Model..v2_0_1"

@@ -36,8 +36,9 @@ pub use config::{
     PluginChoice, PluginSection, RawValue, Setting, Source, TransferChoice,
 };
 pub use connector::{
-    HiCache, HiCacheOptions, HostSlots, ModeRule, PayloadCheck, PoolReport, STORAGE_BATCH_SIZE,
-    SetOutcome, Stats, TransferMode, choose_mode, decide_mode,
+    ExistsV2, HiCache, HiCacheOptions, HitPolicy, HostSlots, ModeRule, PayloadCheck, PoolId,
+    PoolQuery, PoolReport, PoolTransfer, STORAGE_BATCH_SIZE, SetOutcome, Stats, TransferMode,
+    choose_mode, decide_mode,
 };
 pub use display::ByteSize;
 pub use envelope::PageFormat;
@@ -46,8 +47,9 @@ pub use key::{NamingScheme, PageKey, StorageIdentity};
 pub use memory::{MemKind, MemoryOwner, MemoryRegion, SHM_DIR, SharedFile};
 pub use memory_backend::MemoryBackend;
 pub use pool::{
-    AnchorPool, AttentionKind, Dtype, HostPool, Layout, MmapPool, PageSpans, PoolGeometry,
-    RegionPool, Span, gather_page, scatter_page,
+    AnchorPool, AttentionKind, BufferLayout, Dtype, HostPool, Layout, MAX_POOL_NAME_LEN, MmapPool,
+    PageSpans, PoolGeometry, PoolName, RegionPool, SidecarGeometry, SidecarPool, Span, gather_page,
+    scatter_page,
 };
 pub use pool_builder::PoolGeometryBuilder;
 pub use probe::{Fact, FactValue, Verdict};

@@ -8,12 +8,14 @@
 
 #![deny(missing_docs)]
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use hicache::{
-    AnchorPool, AttentionKind, BlockingHiCache, Dtype, EnvSnapshot, HiCache, HiCacheOptions,
-    HostPool, HostSlots, Layout, MemKind, MemoryRegion, PageKey, PoolGeometry, PoolReport,
-    ReadOutcome, RegionPool, StorageIdentity,
+    AnchorPool, AttentionKind, BlockingHiCache, BufferLayout, Dtype, EnvSnapshot, HiCache,
+    HiCacheOptions, HitPolicy, HostPool, HostSlots, Layout, MemKind, MemoryRegion, PageKey,
+    PoolGeometry, PoolId, PoolName, PoolQuery, PoolReport, PoolTransfer, ReadOutcome, RegionPool,
+    SidecarGeometry, SidecarPool, Span, StorageIdentity,
 };
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -50,6 +52,9 @@ struct Registered {
     #[allow(dead_code)]
     owner: Option<Py<PyAny>>,
     geometry: Option<PoolGeometry>,
+    /// Each registered sidecar's buffers, held like `owner`.
+    #[allow(dead_code)]
+    sidecars: HashMap<PoolName, Vec<Py<PyAny>>>,
 }
 
 /// A batch's answer to Python: per page whether it was done, and `(index, message)` for
@@ -200,10 +205,12 @@ impl Connector {
                 .cache
                 .unregister_pool()
                 .and_then(|()| self.cache.register_pool(pool));
+            // Unregistering let go of the sidecars too.
             let now = match report {
                 Ok(_) => Registered {
                     owner,
                     geometry: Some(geometry),
+                    sidecars: HashMap::new(),
                 },
                 Err(_) => Registered::default(),
             };
@@ -270,6 +277,71 @@ impl Connector {
         }
         errors.sort_by_key(|(i, _)| *i);
         Ok((ok, errors))
+    }
+}
+
+/// One v2 transfer as Python gives it: pool name (`kv` for the KV pool), keys, and host
+/// token slots (the pool's page size of them per key).
+type PyTransfer = (String, Vec<String>, Vec<u64>);
+
+/// A v2 transfer with its keys checked: the valid keys, their positions, and the tokens of
+/// those keys.
+struct CheckedTransfer {
+    pool: Option<PoolName>,
+    keys: Checked,
+    tokens: Vec<u64>,
+    n: usize,
+}
+
+fn check_transfer((pool, keys, tokens): PyTransfer) -> PyResult<CheckedTransfer> {
+    let pool = match pool.as_str() {
+        PoolName::KV => None,
+        name => Some(PoolName::new(name).map_err(to_py)?),
+    };
+    let n = keys.len();
+    let per_page = tokens.len().checked_div(n).unwrap_or(0);
+    if per_page * n != tokens.len() {
+        return Err(invalid(format!(
+            "pool {}: {n} keys need the same number of host token indices each; got {}",
+            pool.as_ref().map_or(PoolName::KV, PoolName::as_str),
+            tokens.len()
+        )));
+    }
+    let keys = check_keys(keys);
+    let tokens = keys
+        .at
+        .iter()
+        .flat_map(|&i| tokens[i * per_page..(i + 1) * per_page].iter().copied())
+        .collect();
+    Ok(CheckedTransfer {
+        pool,
+        keys,
+        tokens,
+        n,
+    })
+}
+
+impl CheckedTransfer {
+    fn transfer(&self) -> PoolTransfer<'_> {
+        PoolTransfer {
+            pool: self.pool.as_ref().map_or(PoolId::Kv, PoolId::Sidecar),
+            keys: &self.keys.keys,
+            slots: HostSlots::Tokens(&self.tokens),
+        }
+    }
+
+    /// Python's answer for this transfer from per-key results of its valid keys.
+    fn outcomes(&self, results: Vec<Result<bool, String>>) -> Outcomes {
+        let mut ok = vec![false; self.n];
+        let mut errors = self.keys.errors.clone();
+        for (&i, r) in self.keys.at.iter().zip(results) {
+            match r {
+                Ok(done) => ok[i] = done,
+                Err(e) => errors.push((i, e)),
+            }
+        }
+        errors.sort_by_key(|(i, _)| *i);
+        (ok, errors)
     }
 }
 
@@ -427,6 +499,177 @@ impl Connector {
     /// message), and `(index, message)` for each page that failed.
     fn batch_get(&self, py: Python<'_>, keys: Vec<String>, tokens: Vec<u64>) -> PyResult<Outcomes> {
         self.transfer(py, keys, tokens, false)
+    }
+
+    /// Registers the sidecar pool `name` (SGLang's hybrid pools: `mamba`, `swa`, `indexer`,
+    /// …) over `buffers` (C-contiguous CPU torch tensors or numpy arrays, one per buffer).
+    /// `layouts` gives, per buffer, its page stride and page 0's spans `(offset, length)` in
+    /// stored order; page `p` is those spans shifted by `p × stride`. `replicated` pools
+    /// (identical on every TP rank) are written by TP rank 0 only; `format` describes the
+    /// bytes and goes into the pool's namespace. Returns the pool report. The connector
+    /// keeps the buffers alive while the pool is registered.
+    #[pyo3(signature = (name, buffers, layouts, *, page_tokens, pages, replicated, format))]
+    #[allow(clippy::too_many_arguments)]
+    fn register_sidecar(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        buffers: Vec<Bound<'_, PyAny>>,
+        layouts: Vec<(u64, Vec<(u64, u64)>)>,
+        page_tokens: u64,
+        pages: u64,
+        replicated: bool,
+        format: &str,
+    ) -> PyResult<Py<PyDict>> {
+        let name = PoolName::new(name).map_err(to_py)?;
+        let layouts = layouts
+            .into_iter()
+            .map(|(stride, spans)| {
+                let spans = spans
+                    .into_iter()
+                    .map(|(offset, len)| Span { offset, len })
+                    .collect();
+                BufferLayout::new(stride, spans)
+            })
+            .collect::<hicache::Result<Vec<_>>>()
+            .map_err(to_py)?;
+        let geometry =
+            SidecarGeometry::new(page_tokens, pages, layouts, replicated, format).map_err(to_py)?;
+        let mut regions = Vec::with_capacity(buffers.len());
+        for (i, buffer) in buffers.iter().enumerate() {
+            let (ptr, len) = host_buffer(buffer)?;
+            if ptr == 0 {
+                return Err(invalid(format!(
+                    "sidecar {name}: buffer {i} has no memory (null pointer)"
+                )));
+            }
+            // SAFETY: `buffer` is a live, contiguous CPU buffer of `len` bytes at `ptr`
+            // (checked by `host_buffer`), and this connector keeps a reference to it while
+            // the sidecar is registered (until it is replaced, the KV pool is registered
+            // again, or close, each of which ends the transfers first). hicache reaches the
+            // bytes only through the region's pins; the caller keeps its writes off pages in
+            // flight, as for the KV pool.
+            regions.push(unsafe { MemoryRegion::from_raw(ptr as *mut u8, len, MemKind::Host) });
+        }
+        let pool = SidecarPool::new(name.clone(), geometry, regions).map_err(to_py)?;
+        let owners: Vec<Py<PyAny>> = buffers.into_iter().map(Bound::unbind).collect();
+        let (report, old) = py.detach(|| {
+            let mut held = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            // A sidecar of this name is let go first: this returns once no transfer uses its
+            // memory, so its buffers may then be released.
+            let report = self
+                .cache
+                .unregister_sidecar(&name)
+                .and_then(|_| self.cache.register_sidecar(pool));
+            let old = match &report {
+                Ok(_) => held.sidecars.insert(name.clone(), owners),
+                Err(_) => held.sidecars.remove(&name),
+            };
+            (report, old)
+        });
+        drop(old);
+        Ok(report_dict(py, &report.map_err(to_py)?)?.unbind())
+    }
+
+    /// What a read could restore of `keys`: `(kv_hit, [(pool, hit)], restorable, hit)` for
+    /// `pools` given as `(name, policy, window)` with policy `all_pages` or `trailing_pages`
+    /// (see `HiCache::batch_exists_v2`). Keys from the first invalid one on count as absent.
+    #[allow(clippy::type_complexity)]
+    fn batch_exists_v2(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        pools: Vec<(String, String, usize)>,
+    ) -> PyResult<(usize, Vec<(String, usize)>, Vec<usize>, usize)> {
+        let checked = check_keys(keys);
+        let leading = checked
+            .at
+            .iter()
+            .enumerate()
+            .take_while(|(j, i)| j == *i)
+            .count();
+        let keys = &checked.keys[..leading];
+        let mut names = Vec::with_capacity(pools.len());
+        let mut policies = Vec::with_capacity(pools.len());
+        for (name, policy, window) in pools {
+            names.push(PoolName::new(name).map_err(to_py)?);
+            policies.push(match policy.as_str() {
+                "all_pages" => HitPolicy::AllPages,
+                "trailing_pages" => HitPolicy::TrailingPages { window },
+                other => {
+                    return Err(invalid(format!(
+                        "hit policy {other:?} is not one of all_pages, trailing_pages"
+                    )));
+                }
+            });
+        }
+        let queries: Vec<PoolQuery<'_>> = names
+            .iter()
+            .zip(policies)
+            .map(|(pool, policy)| PoolQuery { pool, policy })
+            .collect();
+        let found = py
+            .detach(|| self.cache.batch_exists_v2(keys, &queries))
+            .map_err(to_py)?;
+        let hits = found
+            .pool_hits
+            .into_iter()
+            .map(|(name, hit)| (name.to_string(), hit))
+            .collect();
+        Ok((found.kv_hit, hits, found.restorable, found.hit))
+    }
+
+    /// Writes each `(pool, keys, tokens)` transfer (`kv` names the KV pool): per transfer,
+    /// one `True` per stored page and `(index, message)` per failed page.
+    fn batch_set_v2(&self, py: Python<'_>, transfers: Vec<PyTransfer>) -> PyResult<Vec<Outcomes>> {
+        let checked = transfers
+            .into_iter()
+            .map(check_transfer)
+            .collect::<PyResult<Vec<_>>>()?;
+        let calls: Vec<PoolTransfer<'_>> = checked.iter().map(CheckedTransfer::transfer).collect();
+        let results = py
+            .detach(|| self.cache.batch_set_v2(&calls))
+            .map_err(to_py)?;
+        Ok(checked
+            .iter()
+            .zip(results)
+            .map(|(t, row)| {
+                t.outcomes(
+                    row.into_iter()
+                        .map(|r| r.map(|_| true).map_err(|e| e.to_string()))
+                        .collect(),
+                )
+            })
+            .collect())
+    }
+
+    /// Reads each `(pool, keys, tokens)` transfer: per transfer, `True` per verified hit
+    /// (`False` for a miss, or for a sidecar page not read because the same call's KV read
+    /// did not restore its key) and `(index, message)` per failed page.
+    fn batch_get_v2(&self, py: Python<'_>, transfers: Vec<PyTransfer>) -> PyResult<Vec<Outcomes>> {
+        let checked = transfers
+            .into_iter()
+            .map(check_transfer)
+            .collect::<PyResult<Vec<_>>>()?;
+        let calls: Vec<PoolTransfer<'_>> = checked.iter().map(CheckedTransfer::transfer).collect();
+        let results = py
+            .detach(|| self.cache.batch_get_v2(&calls))
+            .map_err(to_py)?;
+        Ok(checked
+            .iter()
+            .zip(results)
+            .map(|(t, row)| {
+                t.outcomes(
+                    row.into_iter()
+                        .map(|r| match r {
+                            Some(Ok(ReadOutcome::Hit)) => Ok(true),
+                            Some(Ok(ReadOutcome::Miss(_))) | None => Ok(false),
+                            Some(Err(e)) => Err(e.to_string()),
+                        })
+                        .collect(),
+                )
+            })
+            .collect())
     }
 
     /// Removes pages (every object of each); a missing page is not an error.

@@ -44,7 +44,10 @@ except ImportError:
 from sglang.srt.mem_cache.hicache_storage import (  # noqa: E402
     HiCacheStorage,
     HiCacheStorageConfig,
+    PoolHitPolicy,
     PoolName,
+    PoolTransfer,
+    PoolTransferResult,
 )
 from sglang.srt.mem_cache.storage.nixl.nixl_utils import NixlFileManager  # noqa: E402
 
@@ -424,8 +427,9 @@ def sglang_nixl_naming():
 
     ``hicache_nixl.py`` imports nixl and torch when loaded, so the code that names objects is
     lifted from its syntax tree instead: ``_parse_storage_dirs``, the statements of
-    ``HiCacheNixl.__init__`` that set the key suffixes, and the methods ``_get_suffixed_key``
-    and ``_get_key_list_from_meta``. Paths come from its ``NixlFileManager`` (imported as it
+    ``HiCacheNixl.__init__`` that set the key suffixes, and the methods ``_get_suffixed_key``,
+    ``_get_key_list_from_meta`` and the hybrid pools' ``_get_component_key(s)`` and
+    ``_get_hybrid_component_keys``. Paths come from its ``NixlFileManager`` (imported as it
     is: it needs only SGLang's ``environ`` and ``nixl_routing`` modules).
     """
     path = os.path.join(_SOURCE, "sglang/srt/mem_cache/storage/nixl/hicache_nixl.py")
@@ -452,7 +456,13 @@ def sglang_nixl_naming():
         + ["        " + line for stmt in init for line in stmt.splitlines()]
         + [
             "\n".join("    " + line for line in ast.unparse(methods[m]).splitlines())
-            for m in ("_get_suffixed_key", "_get_key_list_from_meta")
+            for m in (
+                "_get_suffixed_key",
+                "_get_key_list_from_meta",
+                "_get_component_key",
+                "_get_component_keys",
+                "_get_hybrid_component_keys",
+            )
         ]
     )
     scope = {"PoolName": PoolName, "List": typing.List, "Optional": typing.Optional, "os": os}
@@ -588,6 +598,61 @@ class NixlInterop(unittest.TestCase):
                     if pool.kv_buffer is not None:
                         for p in range(3):
                             self.assertEqual(page_bytes(pool, 6 + p), written[p], f"page {p}")
+                finally:
+                    backend.close()
+
+    def test_sidecars_cross_both_ways(self):
+        """Hybrid pools on disk: objects hicache writes are where SGLang's
+        ``_get_hybrid_component_keys`` and routing look, holding exactly the bytes of the
+        pointers its zero-copy transfers move, and hicache reads the objects SGLang writes so.
+        Every pool here moves zero-copy on both sides (aligned buffers); the 1000-byte
+        indexer only with buffered I/O, since SGLang's O_DIRECT cannot write its pages."""
+        parent = self.parents[0]
+        for direct in (False, True):
+            with self.subTest(direct=direct):
+                kinds = ("mamba", "swa") + (() if direct else ("indexer",))
+                dirs = ",".join(os.path.join(parent, f"hybrid-{int(direct)}", d) for d in ("d0", "d1"))
+                cfg = config("", extra={
+                    "storage_dir": dirs, "naming": "sglang", "page_format": "raw",
+                    "use_direct_io": direct,
+                })
+                pool = HostPool("page_first", heads=4, head_dim=128, base_at=(4096, 0))
+                backend = HiCacheBackend(cfg, {})
+                try:
+                    backend.register_mem_pool_host(pool)
+                    sides = {k: SidecarHostPool(k) for k in kinds}
+                    for k, side in sides.items():
+                        backend.register_mem_host_pool_v2(side, PoolName(k))
+                    naming = self.Naming(cfg)
+                    files = NixlFileManager(self.parse_dirs(dirs), use_direct_io=direct)
+                    mine = [hashlib.sha256(f"h-{direct}-{p}".encode()).hexdigest() for p in range(3)]
+                    theirs = [hashlib.sha256(f"s-{direct}-{p}".encode()).hexdigest() for p in range(3)]
+                    for p in range(6):
+                        fill_page(pool, p, seed=p)
+                    self.assertEqual(backend.batch_set_v1(mine + theirs, tokens(range(6))), [True] * 6)
+                    for j, (k, side) in enumerate(sides.items()):
+                        for p in range(6):
+                            side.fill(p, seed=10 * j + p)
+                        # hicache writes pages 0..2: SGLang's names, paths and bytes.
+                        put = PoolTransfer(name=PoolName(k), host_indices=tokens(range(3)), keys=mine)
+                        self.assertEqual(backend.batch_set_v2([put]), {k: [True] * 3})
+                        ptrs, sizes = side.get_page_buffer_meta(tokens(range(3)))
+                        names = naming._get_hybrid_component_keys(mine, PoolName(k), len(ptrs) // 3)
+                        for name, ptr, size in zip(names, ptrs, sizes):
+                            path = files.get_file_path(name)
+                            self.assertTrue(os.path.exists(path), f"SGLang looks for {path}")
+                            self.assertEqual(read_file(path), ctypes.string_at(ptr, size), path)
+                        # SGLang writes pages 3..5: hicache finds and reads them.
+                        ptrs, sizes = side.get_page_buffer_meta(tokens(range(3, 6)))
+                        names = naming._get_hybrid_component_keys(theirs, PoolName(k), len(ptrs) // 3)
+                        for name, ptr, size in zip(names, ptrs, sizes):
+                            write_file(files.get_file_path(name), ctypes.string_at(ptr, size))
+                        want = [side.page_bytes(p) for p in range(3, 6)]
+                        found = backend.batch_exists_v2(theirs, [PoolTransfer(name=PoolName(k))])
+                        self.assertEqual(found.restorable_prefix_pages, [1, 2, 3], k)
+                        get = PoolTransfer(name=PoolName(k), host_indices=tokens(range(6, 9)), keys=theirs)
+                        self.assertEqual(backend.batch_get_v2([get]), {k: [True] * 3})
+                        self.assertEqual([side.page_bytes(p) for p in range(6, 9)], want, k)
                 finally:
                     backend.close()
 
@@ -764,6 +829,243 @@ class Refusals(unittest.TestCase):
         backend.close()
         with self.assertRaisesRegex(hicache.HiCacheError, "pool"):
             backend.batch_set_v1(["a"], tokens([0]))
+
+
+def aligned_zeros(shape, dtype, align=4096):
+    """A zeroed numpy array whose data starts on an `align`-byte boundary."""
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.zeros(n + align, dtype=np.uint8)
+    at = -raw.__array_interface__["data"][0] % align
+    return raw[at : at + n].view(dtype).reshape(shape)
+
+
+def address(array):
+    return array.__array_interface__["data"][0]
+
+
+class SidecarHostPool:
+    """A hybrid pool as SGLang's v2 interface sees one (``get_hybrid_pool_buffer`` and
+    ``get_page_buffer_meta``), over numpy: ``mamba`` has a temporal state and two conv states
+    in separate buffers (three pointers per page), ``swa`` K and V halves of one buffer (two
+    pointers), ``indexer`` 1000-byte pages (one pointer, off every direct-I/O alignment)."""
+
+    def __init__(self, kind, pages=PAGES):
+        self.kind = kind
+        self.page_size = PAGE
+        self.pages = pages
+        if kind == "mamba":
+            self.buffers = [
+                aligned_zeros((pages, 1024), np.float32),
+                aligned_zeros((pages, 2048), np.float16),
+                aligned_zeros((pages, 2048), np.float16),
+            ]
+        elif kind == "swa":
+            self.buffers = [aligned_zeros((2, pages, 2048), np.float16)]
+        elif kind == "indexer":
+            self.buffers = [aligned_zeros((pages, 1000), np.uint8)]
+        else:
+            raise ValueError(kind)
+
+    def get_hybrid_pool_buffer(self):
+        return self.buffers
+
+    def _ranges(self, page):
+        """(buffer, byte offset, length) of each pointer of `page`, in SGLang's order."""
+        out = []
+        for i, b in enumerate(self.buffers):
+            if b.ndim == 3:  # K then V
+                row = b.shape[2] * b.itemsize
+                out += [(i, page * row, row), (i, (self.pages + page) * row, row)]
+            else:
+                row = b.shape[1] * b.itemsize
+                out.append((i, page * row, row))
+        return out
+
+    def get_page_buffer_meta(self, indices):
+        idx = indices.tolist()
+        ptrs, sizes = [], []
+        for t in range(0, len(idx), PAGE):
+            for i, off, n in self._ranges(idx[t] // PAGE):
+                ptrs.append(address(self.buffers[i]) + off)
+                sizes.append(n)
+        return ptrs, sizes
+
+    def fill(self, page, seed):
+        for i, off, n in self._ranges(page):
+            raw = self.buffers[i].reshape(-1).view(np.uint8)
+            raw[off : off + n] = (np.arange(n, dtype=np.uint32) * 13 + seed + off).astype(np.uint8)
+
+    def page_bytes(self, page):
+        return b"".join(
+            self.buffers[i].reshape(-1).view(np.uint8)[off : off + n].tobytes()
+            for i, off, n in self._ranges(page)
+        )
+
+
+class Hybrid(unittest.TestCase):
+    """The v2 interface with SGLang's own ``PoolTransfer``, ``PoolHitPolicy`` and
+    ``PoolTransferResult``."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.root = self.dir.name
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def open(self, kinds=("mamba", "swa", "indexer"), mla=False, **kw):
+        pool = HostPool("page_first", mla=mla)
+        backend = HiCacheBackend(config(self.root, mla=mla, **kw), {})
+        self.addCleanup(backend.close)
+        backend.register_mem_pool_host(pool)
+        backend.register_mem_host_pool_v2(pool, PoolName.KV)  # the anchor: not registered twice
+        sides = {}
+        for kind in kinds:
+            sides[kind] = SidecarHostPool(kind)
+            backend.register_mem_host_pool_v2(sides[kind], PoolName(kind))
+        backend.on_host_pools_registered()
+        return backend, pool, sides
+
+    def test_round_trip_and_exists_under_both_namings(self):
+        for naming in ("hicache", "sglang"):
+            with self.subTest(naming=naming):
+                root = os.path.join(self.root, naming)
+                backend, pool, sides = self.open(extra={"storage_dir": root, "naming": naming})
+                keys = [f"{naming}{p:060x}" for p in range(4)]
+                for p in range(4):
+                    fill_page(pool, p, seed=p)
+                    for j, side in enumerate(sides.values()):
+                        side.fill(p, seed=40 * j + p)
+                want = {k: [s.page_bytes(p) for p in range(4)] for k, s in sides.items()}
+                self.assertEqual(backend.batch_set_v1(keys, tokens(range(4))), [True] * 4)
+                put = [PoolTransfer(name=PoolName(k), host_indices=tokens(range(4)), keys=keys) for k in sides]
+                self.assertEqual(backend.batch_set_v2(put), {k: [True] * 4 for k in sides})
+                result = backend.batch_exists_v2(
+                    keys + ["f" * 64],
+                    [
+                        PoolTransfer(name=PoolName.MAMBA, keys=keys[-1:], hit_policy=PoolHitPolicy.TRAILING_PAGES),
+                        PoolTransfer(name=PoolName.SWA, hit_policy=PoolHitPolicy.ALL_PAGES),
+                        PoolTransfer(name=PoolName.INDEXER, hit_policy=PoolHitPolicy.ALL_PAGES),
+                    ],
+                )
+                self.assertIsInstance(result, PoolTransferResult)
+                self.assertEqual(result.kv_hit_pages, 4)
+                self.assertEqual(result.restorable_prefix_pages, [1, 2, 3, 4])
+                self.assertEqual(
+                    result.extra_pool_hit_pages,
+                    {"kv": 4, "mamba": 4, "swa": 4, "indexer": 4},
+                )
+                get = [PoolTransfer(name=PoolName(k), host_indices=tokens(range(6, 10)), keys=keys) for k in sides]
+                self.assertEqual(backend.batch_get_v2(get), {k: [True] * 4 for k in sides})
+                for k, side in sides.items():
+                    self.assertEqual([side.page_bytes(p) for p in range(6, 10)], want[k], k)
+                if naming == "sglang":
+                    names = {f for _, _, files in os.walk(root) for f in files}
+                    suffix = "_org-model-7b_0_1"
+                    for tag in ("_mamba_temporal", "_mamba_conv_0", "_mamba_conv_1", "_swa_k", "_swa_v", "_indexer"):
+                        self.assertIn(f"{keys[0]}{suffix}{tag}", names, tag)
+
+    def test_trailing_pages_never_claim_an_unrestorable_prefix(self):
+        backend, pool, sides = self.open(kinds=("mamba", "swa"))
+        keys = [f"t{p:063x}" for p in range(6)]
+        for p in range(6):
+            fill_page(pool, p, seed=p)
+            sides["mamba"].fill(p, seed=p + 1)
+            sides["swa"].fill(p, seed=p + 2)
+        self.assertEqual(backend.batch_set_v1(keys, tokens(range(6))), [True] * 6)
+        at = [1, 3, 4]
+        mamba_put = PoolTransfer(name=PoolName.MAMBA, host_indices=tokens(at), keys=[keys[p] for p in at])
+        swa_put = PoolTransfer(name=PoolName.SWA, host_indices=tokens(range(4)), keys=keys[:4])
+        self.assertEqual(backend.batch_set_v2([mamba_put, swa_put]), {"mamba": [True] * 3, "swa": [True] * 4})
+        trailing = PoolTransfer(name=PoolName.MAMBA, keys=keys[-1:], hit_policy=PoolHitPolicy.TRAILING_PAGES)
+        alone = backend.batch_exists_v2(keys, [trailing])
+        self.assertEqual((alone.kv_hit_pages, alone.restorable_prefix_pages), (5, [2, 4, 5]))
+        both = backend.batch_exists_v2(keys, [trailing, PoolTransfer(name=PoolName.SWA)])
+        # SGLang's min-fold would claim 4 pages with SWA's 4 and Mamba's best 5; here 4 is
+        # claimed because a read of it restores: Mamba's page 3 and SWA's pages 0..3.
+        self.assertEqual((both.kv_hit_pages, both.restorable_prefix_pages), (4, [2, 4]))
+        self.assertEqual(both.extra_pool_hit_pages, {"kv": 6, "mamba": 5, "swa": 4})
+        for length in range(1, 7):
+            got = backend.batch_get_v2(
+                [
+                    PoolTransfer(name=PoolName.MAMBA, host_indices=tokens([8]), keys=[keys[length - 1]]),
+                    PoolTransfer(name=PoolName.SWA, host_indices=tokens(range(6, 6 + length)), keys=keys[:length]),
+                ]
+            )
+            restored = all(all(v) for v in got.values())
+            self.assertEqual(restored, length in both.restorable_prefix_pages, length)
+
+    def test_three_threads_move_sidecars_at_once(self):
+        backend, pool, sides = self.open(kinds=("mamba", "indexer"))
+        failures = []
+
+        def worker(t):
+            try:
+                src, dst = [t * 2, t * 2 + 1], [6 + t * 2, 7 + t * 2]
+                keys = [f"th{t}x{i:061x}" for i in range(2)]
+                for round_ in range(15):
+                    for p in src:
+                        fill_page(pool, p, seed=round_ + p)
+                        for side in sides.values():
+                            side.fill(p, seed=round_ * 3 + p)
+                    want = {k: [s.page_bytes(p) for p in src] for k, s in sides.items()}
+                    assert backend.batch_set_v1(keys, tokens(src)) == [True, True]
+                    put = [PoolTransfer(name=PoolName(k), host_indices=tokens(src), keys=keys) for k in sides]
+                    assert backend.batch_set_v2(put) == {k: [True, True] for k in sides}
+                    queries = [PoolTransfer(name=PoolName(k)) for k in sides]
+                    assert backend.batch_exists_v2(keys, queries).kv_hit_pages == 2
+                    get = [PoolTransfer(name=PoolName(k), host_indices=tokens(dst), keys=keys) for k in sides]
+                    assert backend.batch_get_v2(get) == {k: [True, True] for k in sides}
+                    got = {k: [s.page_bytes(p) for p in dst] for k, s in sides.items()}
+                    assert got == want, f"thread {t} round {round_}"
+            except Exception as e:  # reported below
+                failures.append(repr(e))
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(3)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        self.assertEqual(failures, [])
+
+    def test_replicated_sidecars_are_written_by_rank_zero_only(self):
+        rank1, _, sides = self.open(kinds=("mamba", "indexer"), mla=True, tp_rank=1, tp_size=2)
+        keys = [f"r{p:063x}" for p in range(2)]
+        for side in sides.values():
+            side.fill(0, seed=3)
+            side.fill(1, seed=4)
+        put = [PoolTransfer(name=PoolName(k), host_indices=tokens([0, 1]), keys=keys) for k in sides]
+        self.assertEqual(rank1.batch_set_v2(put), {"mamba": [True, True], "indexer": [True, True]})
+        get = [PoolTransfer(name=PoolName(k), host_indices=tokens([2, 3]), keys=keys) for k in sides]
+        # Mamba state is TP-sharded: this rank wrote its own. The indexer is rank 0's to write.
+        self.assertEqual(rank1.batch_get_v2(get), {"mamba": [True, True], "indexer": [False, False]})
+
+    def test_refusals(self):
+        backend, _, _ = self.open(kinds=("swa",))
+        with self.assertRaisesRegex(ValueError, "no page pointers"):
+            backend.register_mem_host_pool_v2(object(), PoolName.DEEPSEEK_V4_C4)
+        empty = SidecarHostPool("indexer")
+        empty.buffers = []
+        with self.assertRaisesRegex(ValueError, "no buffers"):
+            backend.register_mem_host_pool_v2(empty, PoolName.INDEXER)
+        self.assertEqual(
+            backend.batch_exists_v2(["a" * 64], [PoolTransfer(name=PoolName.MAMBA)]),
+            PoolTransferResult.empty(),
+        )
+        with self.assertRaisesRegex(ValueError, "block_groups"):
+            backend.batch_exists_v2(["a" * 64], [PoolTransfer(name=PoolName.SWA, hit_policy=PoolHitPolicy.BLOCK_GROUPS)])
+        with self.assertRaisesRegex(hicache.HiCacheError, "mamba"):
+            backend.batch_set_v2([PoolTransfer(name=PoolName.MAMBA, host_indices=tokens([0]), keys=["a" * 64])])
+        with self.assertRaisesRegex(hicache.HiCacheError, "outside the pool"):
+            backend.batch_set_v2([PoolTransfer(name=PoolName.SWA, host_indices=tokens([PAGES]), keys=["a" * 64])])
+        self.assertEqual(
+            backend.batch_set_v2([PoolTransfer(name=PoolName.SWA, host_indices=None, keys=["a" * 64])]),
+            {"swa": [False]},
+        )
+        self.assertEqual(
+            backend.batch_set_v2([PoolTransfer(name=PoolName.SWA, host_indices=tokens([0, 1]), keys=["bad/key", "b" * 64])]),
+            {"swa": [False, True]},
+        )
 
 
 if __name__ == "__main__":

@@ -59,6 +59,11 @@ fn model_cases_catch_their_bugs() {
     cases_catch_their_bugs("model_");
 }
 
+#[test]
+fn hybrid_cases_catch_their_bugs() {
+    cases_catch_their_bugs("hybrid_");
+}
+
 /// Every planted bug is caught by some case, and only a few cases rest on core alone.
 #[test]
 fn every_bug_is_caught_and_few_cases_are_core_only() {
@@ -75,12 +80,17 @@ fn every_bug_is_caught_and_few_cases_are_core_only() {
         .count();
     assert!(core_only * 10 <= ALL.len(), "{core_only} core-only cases");
     assert!(
-        ALL.iter().all(
-            |c| ["backend_", "connector_", "faults_", "cancel_", "model_"]
-                .iter()
-                .any(|m| c.name.starts_with(m))
-        ),
-        "a case outside the five modules would go unchecked"
+        ALL.iter().all(|c| [
+            "backend_",
+            "connector_",
+            "faults_",
+            "cancel_",
+            "model_",
+            "hybrid_"
+        ]
+        .iter()
+        .any(|m| c.name.starts_with(m))),
+        "a case outside the six modules would go unchecked"
     );
 }
 

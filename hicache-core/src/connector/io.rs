@@ -1,5 +1,6 @@
 //! The batch calls: pages in, pages out, existence, removal.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -24,20 +25,31 @@ impl HiCache {
         slots: HostSlots<'_>,
     ) -> Result<Vec<Result<SetOutcome>>> {
         let state = self.current()?;
-        let pages = host_pages(&state.geometry, keys.len(), slots)?;
+        let pages = host_pages(&state.shape, keys.len(), slots)?;
+        Ok(self.set_pages(&state, keys, &pages).await)
+    }
+
+    /// Writes `keys` from the pool's `pages` (validated), in chunks of what one backend
+    /// call and one staging chunk take.
+    pub(super) async fn set_pages(
+        &self,
+        state: &PoolState,
+        keys: &[PageKey],
+        pages: &[u64],
+    ) -> Vec<Result<SetOutcome>> {
         if keys.is_empty() {
-            return Ok(Vec::new());
+            return Vec::new();
         }
         if !state.writer {
-            return Ok((0..keys.len())
+            return (0..keys.len())
                 .map(|_| Ok(SetOutcome::SkippedNotWriter))
-                .collect());
+                .collect();
         }
         let started = Instant::now();
         let per_call = (state.objects_per_call / state.parts.len()).max(1);
         let mut results = Vec::with_capacity(keys.len());
         for (kchunk, pchunk) in keys.chunks(per_call).zip(pages.chunks(per_call)) {
-            results.extend(self.set_chunk(&state, kchunk, pchunk).await);
+            results.extend(self.set_chunk(state, kchunk, pchunk).await);
         }
         let written = results
             .iter()
@@ -46,10 +58,10 @@ impl HiCache {
         self.meters.set(
             started.elapsed(),
             written as u64,
-            state.geometry.page_bytes(),
+            state.shape.page_bytes(),
             results.iter().filter_map(|r| r.as_ref().err()),
         );
-        Ok(results)
+        results
     }
 
     async fn set_chunk(
@@ -83,7 +95,7 @@ impl HiCache {
             })
             .collect();
         let seal = |k: usize, payload: &[std::io::IoSlice<'_>], header: &mut [u8]| {
-            let object = live.get(k).map(|&j| &plan.objects[j]).ok_or_else(|| {
+            let j = live.get(k).copied().ok_or_else(|| {
                 Error::backend(
                     st.backend.info().name,
                     format!(
@@ -92,7 +104,8 @@ impl HiCache {
                     ),
                 )
             })?;
-            st.seal(object, payload, header)
+            let part = &st.parts[plan.owners[j].1];
+            st.seal(&plan.objects[j], part, payload, header)
         };
         let written = match sealed {
             true => st.backend.write_sealed(&items, &seal).await,
@@ -104,7 +117,7 @@ impl HiCache {
                 // The backend does not seal: the checksums are taken here, on two threads
                 // for a large chunk, and the headers completed before the write.
                 let chunk = chunk.expect("enveloped zero-copy pools stage headers");
-                let sums = split_over_two_threads(&live, st.payload_len, |&j| {
+                let sums = split_over_two_threads(&live, st.parts[0].payload_len, |&j| {
                     let (i, p) = plan.owners[j];
                     st.pool_checksum(pages[i], &st.parts[p])
                 });
@@ -112,7 +125,10 @@ impl HiCache {
                 let mut ready = Vec::with_capacity(live.len());
                 for (k, (&j, sum)) in live.iter().zip(sums).enumerate() {
                     let slot = j as u64 * slot_len;
-                    match sum.and_then(|sum| st.put_header(chunk, slot, &plan.objects[j], sum)) {
+                    let part = &st.parts[plan.owners[j].1];
+                    match sum
+                        .and_then(|sum| st.put_header(chunk, slot, &plan.objects[j], part, sum))
+                    {
                         Ok(()) => {
                             ready.push(items[k]);
                             outcomes.push(None);
@@ -141,7 +157,7 @@ impl HiCache {
                 plan.failed[page] = Some(e);
             }
         }
-        let page_bytes = st.geometry.page_bytes();
+        let page_bytes = st.shape.page_bytes();
         plan.failed
             .into_iter()
             .map(|failed| match failed {
@@ -171,19 +187,30 @@ impl HiCache {
         slots: HostSlots<'_>,
     ) -> Result<Vec<Result<ReadOutcome>>> {
         let state = self.current()?;
-        let pages = host_pages(&state.geometry, keys.len(), slots)?;
+        let pages = host_pages(&state.shape, keys.len(), slots)?;
+        Ok(self.get_pages(&state, keys, &pages).await)
+    }
+
+    /// Reads `keys` into the pool's `pages` (validated), in chunks of what one backend call
+    /// and one staging chunk take.
+    pub(super) async fn get_pages(
+        &self,
+        state: &PoolState,
+        keys: &[PageKey],
+        pages: &[u64],
+    ) -> Vec<Result<ReadOutcome>> {
         if keys.is_empty() {
-            return Ok(Vec::new());
+            return Vec::new();
         }
         let started = Instant::now();
         let per_call = (state.objects_per_call / state.parts.len()).max(1);
         let mut results = Vec::with_capacity(keys.len());
         for (kchunk, pchunk) in keys.chunks(per_call).zip(pages.chunks(per_call)) {
-            results.extend(self.get_chunk(&state, kchunk, pchunk).await);
+            results.extend(self.get_chunk(state, kchunk, pchunk).await);
         }
         self.meters
-            .get(started.elapsed(), &results, state.geometry.page_bytes());
-        Ok(results)
+            .get(started.elapsed(), &results, state.shape.page_bytes());
+        results
     }
 
     async fn get_chunk(
@@ -192,18 +219,14 @@ impl HiCache {
         keys: &[PageKey],
         pages: &[u64],
     ) -> Vec<Result<ReadOutcome>> {
-        if st.mode == TransferMode::ZeroCopy
-            && let Some(memory) = &st.memory
-        {
+        if st.mode == TransferMode::ZeroCopy && !st.memory.is_empty() {
             // A write whose call was dropped may still read these pages (an HTTP body being
             // sent): wait for it instead of failing the read with MemoryBusy.
-            for (&page, part) in pages.iter().zip(std::iter::repeat(&st.parts)) {
-                for p in part {
-                    for span in st.span_slices(page, p) {
-                        memory
-                            .wait_available(span.offset, span.len, Access::Write)
-                            .await;
-                    }
+            for &page in pages {
+                for span in st.shape.spans(page) {
+                    st.memory[span.buf]
+                        .wait_available(span.offset, span.len, Access::Write)
+                        .await;
                 }
             }
         }
@@ -233,10 +256,13 @@ impl HiCache {
         // Enveloped host pages are checked by the backend where it read them, if it can (on
         // its I/O threads, the bytes still in cache); else here, after the whole chunk.
         let check = |k: usize, bytes: &[std::io::IoSlice<'_>]| {
-            let object = live.get(k).map(|&j| &object_keys[j]);
-            let verdict = object.map_or(Err(MissReason::ChecksumMismatch), |o| {
-                st.verify_bytes(bytes, o)
+            let object = live
+                .get(k)
+                .map(|&j| (&object_keys[j], &st.parts[owners[j].1]));
+            let verdict = object.map_or(Err(MissReason::ChecksumMismatch), |(o, part)| {
+                st.verify_bytes(bytes, o, part)
             });
+            let object = object.map(|(o, _)| o);
             if let (Err(reason), Some(key)) = (&verdict, object) {
                 tracing::warn!(%key, %reason, "stored object is invalid; treating it as a miss");
             }
@@ -276,7 +302,8 @@ impl HiCache {
                 &object_keys[j],
             )
         };
-        let mut verdicts = split_over_two_threads(&hits, st.payload_len, verify).into_iter();
+        let mut verdicts =
+            split_over_two_threads(&hits, st.parts[0].payload_len, verify).into_iter();
         for (&j, outcome) in live.iter().zip(outcomes) {
             let (i, _) = owners[j];
             let verdict = match outcome {
@@ -302,19 +329,17 @@ impl HiCache {
             for (i, r) in page_results.iter_mut().enumerate() {
                 if matches!(r, Ok(ReadOutcome::Hit)) {
                     let slot = first_slot[i] + st.header_len;
-                    let res = st.memory.as_ref().map_or(Ok(()), |memory| {
-                        let payload = chunk.memory.source(
-                            slot,
-                            st.geometry.page_bytes(),
-                            "connector staging slot",
-                        )?;
-                        crate::pool::scatter_into(
-                            memory,
-                            &st.geometry,
-                            pages[i],
-                            payload.host_bytes()?,
-                        )
-                    });
+                    let res = if st.memory.is_empty() {
+                        Ok(())
+                    } else {
+                        chunk
+                            .memory
+                            .source(slot, st.shape.page_bytes(), "connector staging slot")
+                            .and_then(|payload| {
+                                st.shape
+                                    .scatter(&st.memory, pages[i], payload.host_bytes()?)
+                            })
+                    };
                     if let Err(e) = res {
                         *r = Err(e);
                     }
@@ -326,7 +351,7 @@ impl HiCache {
                 Ok(ReadOutcome::Hit) => {
                     self.counters
                         .bytes_read
-                        .fetch_add(st.geometry.page_bytes(), Ordering::Relaxed);
+                        .fetch_add(st.shape.page_bytes(), Ordering::Relaxed);
                     &self.counters.pages_hit
                 }
                 Ok(ReadOutcome::Miss(MissReason::NotFound)) => &self.counters.pages_not_found,
@@ -350,21 +375,37 @@ impl HiCache {
 
     async fn exists_prefix(&self, keys: &[PageKey]) -> Result<usize> {
         let state = self.current()?;
+        Ok(self.presence(&state, keys, true).await.len())
+    }
+
+    /// Whether each page of `keys` is stored (every object of it, named as the pool's
+    /// transfers name them). With `stop_at_miss` the answer ends before the first page that
+    /// is not (its length is then the stored prefix). A key that cannot be named, or whose
+    /// check fails, counts as not stored (and is logged).
+    pub(super) async fn presence(
+        &self,
+        state: &PoolState,
+        keys: &[PageKey],
+        stop_at_miss: bool,
+    ) -> Vec<bool> {
         let nparts = state.parts.len();
         let per_call = (state.objects_per_call / nparts).max(1);
-        let mut prefix = 0;
+        let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(per_call) {
             let mut objects = Vec::with_capacity(chunk.len() * nparts);
+            // Pages whose names are all valid, in order; an invalid one is absent.
+            let mut named = Vec::with_capacity(chunk.len());
             for key in chunk {
-                for part in &state.parts {
-                    match state.object_key(key, part) {
-                        Ok(k) => objects.push(k),
-                        Err(e) => {
-                            tracing::warn!(%key, error = %e, "existence check of an invalid key");
-                            return Ok(prefix);
-                        }
-                    }
+                let before = objects.len();
+                let names = state
+                    .parts
+                    .iter()
+                    .try_for_each(|p| state.object_key(key, p).map(|k| objects.push(k)));
+                if let Err(e) = names {
+                    tracing::warn!(%key, error = %e, "existence check of an invalid key");
+                    objects.truncate(before);
                 }
+                named.push(objects.len() > before);
             }
             let found = one_per_item(
                 self.backend.as_ref(),
@@ -372,25 +413,25 @@ impl HiCache {
                 objects.len(),
                 self.backend.exists(&objects).await,
             );
-            for page in found.chunks(nparts) {
-                let mut all = true;
-                for r in page {
-                    match r {
-                        Ok(true) => {}
-                        Ok(false) => all = false,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "existence check failed; ending the prefix there");
-                            all = false;
-                        }
-                    }
+            let mut pages = found.chunks(nparts);
+            for named in named {
+                let stored = named
+                    && pages.next().is_some_and(|page| {
+                        page.iter().all(|r| match r {
+                            Ok(found) => *found,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "existence check failed; counting the page as absent");
+                                false
+                            }
+                        })
+                    });
+                if !stored && stop_at_miss {
+                    return out;
                 }
-                if !all {
-                    return Ok(prefix);
-                }
-                prefix += 1;
+                out.push(stored);
             }
         }
-        Ok(prefix)
+        out
     }
 
     /// Whether one page exists.
@@ -398,18 +439,31 @@ impl HiCache {
         Ok(self.batch_exists(std::slice::from_ref(key)).await? == 1)
     }
 
-    /// Removes every stored object of the registered pool's namespace (what SGLang's
+    /// Removes every stored object of the registered pools' namespaces (what SGLang's
     /// `clear()` asks for): the pages written under this identity and geometry, by this
-    /// connector or any other. Other namespaces, other models and anything not named by
-    /// hicache stay. Returns how many objects were removed; a rank that does not write (MLA
-    /// ranks above 0) removes nothing and returns 0.
+    /// connector or any other, in the KV pool and in every sidecar this rank writes. Other
+    /// namespaces, other models and anything not named by hicache stay. Returns how many
+    /// objects were removed; a rank that writes no pool (MLA ranks above 0 without sharded
+    /// sidecars) removes nothing and returns 0.
     ///
     /// Refused under `naming = "sglang"`: those names carry only the model and rank, and
     /// one model's suffix can end another's name (`_m` ends `_big_m`), so a store shared
     /// with other models could lose their pages.
     pub async fn clear(&self) -> Result<u64> {
         let state = self.current()?;
-        if !state.writer {
+        let sidecars: Vec<Arc<PoolState>> = self
+            .sidecars
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let suffixes: Vec<String> = std::iter::once(&state)
+            .chain(&sidecars)
+            .filter(|s| s.writer)
+            .map(|s| format!(".{}", s.namespace.short_hex()))
+            .collect();
+        if suffixes.is_empty() {
             return Ok(0);
         }
         if self.config.naming.value == crate::key::NamingScheme::Sglang {
@@ -418,13 +472,16 @@ impl HiCache {
                 operation: "clearing a namespace under naming = \"sglang\" (those names cannot tell this model's pages from another model's); remove the files yourself, or use hicache naming".into(),
             });
         }
-        let suffix = format!(".{}", state.namespace.short_hex());
         let mut walk = crate::backend::ListWalk::new(self.backend.as_ref(), "", 1024);
         let mut removed = 0;
         while let Some(page) = walk.next_page().await? {
             let ours: Vec<ObjectKey> = page
                 .into_iter()
-                .filter(|l| l.key.as_str().ends_with(&suffix))
+                .filter(|l| {
+                    suffixes
+                        .iter()
+                        .any(|s| l.key.as_str().ends_with(s.as_str()))
+                })
                 .map(|l| l.key)
                 .collect();
             let results = one_per_item(

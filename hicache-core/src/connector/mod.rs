@@ -12,16 +12,21 @@ mod io;
 mod mode;
 mod options;
 mod plan;
+mod shape;
+mod v2;
 
 pub use mode::{ModeRule, TransferMode, choose_mode, decide_mode};
 pub use options::{
     HiCacheOptions, HostSlots, PayloadCheck, PoolReport, STORAGE_BATCH_SIZE, SetOutcome, Stats,
 };
+pub use v2::{ExistsV2, HitPolicy, PoolId, PoolQuery, PoolTransfer};
 
 use mode::effective_alignment;
 use options::Counters;
 use plan::{Part, PoolState};
+use shape::PageShape;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -30,11 +35,10 @@ use crate::backend::{BackendInfo, DynBackend};
 use crate::config::Config;
 use crate::envelope::{self, PageFormat};
 use crate::error::{Error, Result};
-use crate::key::{KvPart, Namespace, NamingScheme, ObjectNamer};
-use crate::memory::MemKind;
-use crate::memory::align_up;
+use crate::key::{Namespace, NamingScheme, ObjectNamer};
+use crate::memory::{MemKind, MemoryRegion, align_up};
 use crate::meters::ConnectorMeters;
-use crate::pool::HostPool;
+use crate::pool::{HostPool, PoolName};
 use crate::probe::Fact;
 use crate::registry::{PluginRegistry, Selection};
 use crate::staging::StagingPool;
@@ -51,8 +55,25 @@ pub struct HiCache {
     selection: Option<String>,
     plugin_facts: Vec<Fact>,
     state: RwLock<Option<Arc<PoolState>>>,
+    sidecars: RwLock<BTreeMap<PoolName, Arc<PoolState>>>,
     counters: Counters,
     meters: ConnectorMeters,
+}
+
+/// What `build_state` needs to know of a pool being registered.
+struct Registration {
+    /// How the log names the pool.
+    what: String,
+    shape: PageShape,
+    memory: Vec<MemoryRegion>,
+    pool: Option<Arc<dyn HostPool>>,
+    mode: TransferMode,
+    reason: String,
+    namespace: Namespace,
+    namer: ObjectNamer,
+    /// One name tag per object of a page (`None`: the page's one object).
+    tags: Vec<Option<String>>,
+    replicated: bool,
 }
 
 impl fmt::Debug for HiCache {
@@ -104,6 +125,7 @@ impl HiCache {
                 .map(|c| c.facts.clone())
                 .unwrap_or_default(),
             state: RwLock::new(None),
+            sidecars: RwLock::new(BTreeMap::new()),
             counters: Counters::default(),
             meters,
         })
@@ -169,18 +191,53 @@ impl HiCache {
                 ),
             });
         }
-        let capability = self.info.capability;
-        let naming = self.config.naming.value;
-        let format = self.config.page_format.value;
-        let rule = ModeRule::of(&self.config, &self.info);
         let (mode, reason) = choose_mode(
             &geometry,
             memory.as_ref().map(|m| m.addr() as u64),
             &self.info,
             &self.config,
         );
-        let device = memory.as_ref().is_some_and(|m| m.kind() != MemKind::Host);
-        if let Some(m) = memory.as_ref().filter(|_| device) {
+        let identity = &self.options.identity;
+        let namespace = Namespace::new(identity, &geometry);
+        let replicated = geometry.attention().is_rank_replicated();
+        let naming = self.config.naming.value;
+        let namer = ObjectNamer::new(naming, &namespace, identity, replicated);
+        let spans = geometry.spans_per_page();
+        let tags: Vec<Option<String>> =
+            if naming == NamingScheme::Sglang && mode == TransferMode::ZeroCopy {
+                (0..spans)
+                    .map(|i| Some(if i == 0 { "_k" } else { "_v" }.to_string()))
+                    .collect()
+            } else {
+                vec![None]
+            };
+        let state = self.build_state(Registration {
+            what: format!("{} host pool", geometry.layout()),
+            shape: PageShape::of_kv(&geometry)?,
+            memory: memory.into_iter().collect(),
+            pool: Some(pool),
+            mode,
+            reason,
+            namespace,
+            namer,
+            tags,
+            replicated,
+        })?;
+        let report = state.report.clone();
+        *self.state.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(state));
+        Ok(report)
+    }
+
+    /// Builds a pool's state: checks its memory kind, sizes its objects and staging,
+    /// registers its buffers for zero-copy, and logs the decision.
+    fn build_state(&self, r: Registration) -> Result<PoolState> {
+        let capability = self.info.capability;
+        let naming = self.config.naming.value;
+        let format = self.config.page_format.value;
+        let rule = ModeRule::of(&self.config, &self.info);
+        let mode = r.mode;
+        let device = r.memory.first().is_some_and(|m| m.kind() != MemKind::Host);
+        if let Some(m) = r.memory.first().filter(|_| device) {
             if !capability.accepts(m.kind()) {
                 return Err(Error::Unsupported {
                     component: self.info.name.clone().into(),
@@ -194,30 +251,14 @@ impl HiCache {
             if mode != TransferMode::ZeroCopy {
                 return Err(Error::InvalidPool {
                     reason: format!(
-                        "a pool in {} memory must move zero-copy (the connector cannot copy GPU memory through host staging), but this one would bounce: {reason}",
-                        m.kind()
+                        "a pool in {} memory must move zero-copy (the connector cannot copy GPU memory through host staging), but this one would bounce: {}",
+                        m.kind(),
+                        r.reason
                     ),
                 });
             }
         }
         let align = effective_alignment(&capability);
-        let identity = &self.options.identity;
-        let namespace = Namespace::new(identity, &geometry);
-        let namer = ObjectNamer::new(naming, &namespace, identity, &geometry.attention());
-        let spans = geometry.spans_per_page();
-        let parts = if naming == NamingScheme::Sglang && mode == TransferMode::ZeroCopy {
-            (0..spans)
-                .map(|i| Part {
-                    kv: Some(if i == 0 { KvPart::K } else { KvPart::V }),
-                    spans: i..i + 1,
-                })
-                .collect()
-        } else {
-            vec![Part {
-                kv: None,
-                spans: 0..spans,
-            }]
-        };
         let enveloped = format == PageFormat::Envelope;
         let header_len = if enveloped {
             envelope::header_len(align)
@@ -230,20 +271,47 @@ impl HiCache {
             PageFormat::Envelope => 1,
             PageFormat::Raw => align.max(rule.raw_marker_len()),
         };
-        let payload_len = match mode {
+        let spans = r.shape.spans_per_page();
+        let span_lens: Vec<u64> = r.shape.spans(0).map(|s| s.len).collect();
+        let parts: Vec<Part> = match mode {
             TransferMode::ZeroCopy => {
-                geometry.span_len() * (parts[0].spans.end - parts[0].spans.start)
+                // One object per tag; the spans are shared out evenly (one each when tagged).
+                let per = spans / r.tags.len() as u64;
+                r.tags
+                    .iter()
+                    .enumerate()
+                    .map(|(i, tag)| {
+                        let range = i as u64 * per..(i as u64 + 1) * per;
+                        Part {
+                            tag: tag.clone(),
+                            payload_len: span_lens[range.start as usize..range.end as usize]
+                                .iter()
+                                .sum(),
+                            spans: range,
+                        }
+                    })
+                    .collect()
             }
-            TransferMode::Bounce => geometry.page_bytes(),
-            TransferMode::Anchor => marker_len,
+            TransferMode::Bounce => vec![Part {
+                tag: None,
+                spans: 0..spans,
+                payload_len: r.shape.page_bytes(),
+            }],
+            TransferMode::Anchor => vec![Part {
+                tag: None,
+                spans: 0..spans,
+                payload_len: marker_len,
+            }],
         };
+        let largest = parts.iter().map(|p| p.payload_len).max().unwrap_or(0);
         let slot_len = match mode {
             TransferMode::ZeroCopy => header_len,
-            TransferMode::Bounce | TransferMode::Anchor => {
-                header_len + align_up(payload_len, align)
-            }
+            TransferMode::Bounce | TransferMode::Anchor => header_len + align_up(largest, align),
         };
-        let stored_object = header_len + align_up(payload_len, align);
+        let stored: u64 = parts
+            .iter()
+            .map(|p| header_len + align_up(p.payload_len, align))
+            .sum();
         let slots = match self.options.staging_chunk_bytes.checked_div(slot_len) {
             None => self.options.max_slots_per_chunk,
             Some(n) => (n as usize).clamp(1, self.options.max_slots_per_chunk),
@@ -259,25 +327,35 @@ impl HiCache {
                 )
             })
         };
-        let pool_region = match (mode, &memory) {
-            (TransferMode::ZeroCopy, Some(m)) => Some(self.backend.register(m.clone())?),
-            _ => None,
-        };
-        let writer = !geometry.attention().is_rank_replicated() || identity.tp_rank == 0;
+        let mut regions = Vec::new();
+        if mode == TransferMode::ZeroCopy {
+            for m in &r.memory {
+                match self.backend.register(m.clone()) {
+                    Ok(id) => regions.push(id),
+                    Err(e) => {
+                        for id in regions {
+                            let _ = self.backend.deregister(id);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let writer = !r.replicated || self.options.identity.tp_rank == 0;
         let report = PoolReport {
             mode,
-            reason,
-            page_bytes: geometry.page_bytes(),
+            reason: r.reason,
+            page_bytes: r.shape.page_bytes(),
             spans_per_page: spans,
             objects_per_page: parts.len() as u64,
-            stored_bytes_per_page: stored_object * parts.len() as u64,
+            stored_bytes_per_page: stored,
             io_alignment: align,
             naming,
             page_format: format,
-            namespace: namespace.short_hex(),
+            namespace: r.namespace.short_hex(),
             writer,
             staging_chunk_bytes: slot_len * slots as u64,
-            pool_path: pool_region.map(|id| self.backend.region_path(id)),
+            pool_path: regions.first().map(|id| self.backend.region_path(*id)),
             payload_check: match (format, device) {
                 (PageFormat::Raw, _) => PayloadCheck::LengthOnly,
                 (PageFormat::Envelope, true) => PayloadCheck::DeviceUnchecked,
@@ -286,9 +364,9 @@ impl HiCache {
         };
         tracing::info!(
             backend = %self.info.name,
+            pool = %r.what,
             mode = %report.mode,
             reason = %report.reason,
-            layout = %geometry.layout(),
             page_bytes = report.page_bytes,
             alignment = align,
             naming = %naming,
@@ -297,29 +375,26 @@ impl HiCache {
             pool_path = report.pool_path.as_ref().map(tracing::field::display),
             "registered host pool"
         );
-        let state = PoolState {
+        Ok(PoolState {
             backend: self.backend.clone(),
-            memory,
+            memory: r.memory,
             device,
-            _pool: pool,
-            geometry,
-            pool_region,
+            _pool: r.pool,
+            shape: r.shape,
+            regions,
             mode,
             format,
-            namer,
-            namespace,
+            namer: r.namer,
+            namespace: r.namespace,
             parts,
             align,
             header_len,
-            payload_len,
             write_staging: staging(),
             read_staging: staging(),
             objects_per_call: slots,
             writer,
-            report: report.clone(),
-        };
-        *self.state.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(state));
-        Ok(report)
+            report,
+        })
     }
 
     /// The registered pool's report.
@@ -328,39 +403,34 @@ impl HiCache {
     }
 
     /// [`HiCache::unregister_pool`], blocking the thread: returns once calls that were
-    /// running have returned, no transfer uses the pool or staging memory, and both are
+    /// running have returned, no transfer uses the pools' or staging memory, and all are
     /// deregistered. Idempotent. In async code prefer `unregister_pool`.
     pub fn close(&self) {
-        let state = self.state.write().unwrap_or_else(|e| e.into_inner()).take();
-        let Some(state) = state else { return };
-        while Arc::strong_count(&state) > 1 {
-            std::thread::sleep(std::time::Duration::from_millis(1));
+        for state in self.take_pools() {
+            while Arc::strong_count(&state) > 1 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            // PoolState's drop waits for the last pin, then deregisters.
+            drop(state);
         }
-        // PoolState's drop waits for the last pin, then deregisters.
-        drop(state);
     }
 
-    /// Unregisters the host pool: later calls fail with [`Error::PoolNotRegistered`], and
-    /// this returns once no transfer uses the pool's memory any more and it has been
-    /// deregistered from the backend, so the caller may free it. Idempotent.
+    /// Takes the KV pool and every sidecar out of the connector.
+    fn take_pools(&self) -> Vec<Arc<PoolState>> {
+        let kv = self.state.write().unwrap_or_else(|e| e.into_inner()).take();
+        let sidecars =
+            std::mem::take(&mut *self.sidecars.write().unwrap_or_else(|e| e.into_inner()));
+        kv.into_iter().chain(sidecars.into_values()).collect()
+    }
+
+    /// Unregisters the host pool and every sidecar: later calls fail with
+    /// [`Error::PoolNotRegistered`], and this returns once no transfer uses the pools' memory
+    /// any more and it has been deregistered from the backend, so the caller may free it.
+    /// Idempotent.
     pub async fn unregister_pool(&self) {
-        let state = self.state.write().unwrap_or_else(|e| e.into_inner()).take();
-        let Some(state) = state else { return };
-        // Calls in progress hold the state: wait for them to return, then for any transfer
-        // that outlived its call, so dropping the state deregisters without blocking.
-        while Arc::strong_count(&state) > 1 {
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        for state in self.take_pools() {
+            retire(state).await;
         }
-        if let Some(memory) = &state.memory {
-            memory.wait_idle().await;
-        }
-        for staging in [&state.write_staging, &state.read_staging]
-            .into_iter()
-            .flatten()
-        {
-            staging.wait_idle().await;
-        }
-        drop(state);
     }
 
     fn current(&self) -> Result<Arc<PoolState>> {
@@ -370,4 +440,24 @@ impl HiCache {
             .clone()
             .ok_or(Error::PoolNotRegistered)
     }
+}
+
+/// Waits until no call and no transfer uses a pool taken out of the connector, then drops
+/// it (which deregisters its memory without blocking).
+async fn retire(state: Arc<PoolState>) {
+    // Calls in progress hold the state: wait for them to return, then for any transfer that
+    // outlived its call.
+    while Arc::strong_count(&state) > 1 {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    for memory in &state.memory {
+        memory.wait_idle().await;
+    }
+    for staging in [&state.write_staging, &state.read_staging]
+        .into_iter()
+        .flatten()
+    {
+        staging.wait_idle().await;
+    }
+    drop(state);
 }

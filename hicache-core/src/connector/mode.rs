@@ -177,3 +177,66 @@ pub(super) fn effective_alignment(capability: &Capability) -> u64 {
         1
     }
 }
+
+/// The transfer mode of a sidecar pool whose buffers start at `bases`: zero-copy when every
+/// span of every page is aligned as the backend's direct I/O needs (under SGLang naming with
+/// direct I/O, SGLang's fixed 4096 bytes, as its hybrid pools decide) and an object's spans
+/// fit the backend's segments; bounce otherwise, or when `transfer_mode = bounce`. Unlike a
+/// KV pool, SGLang zero-copies a sidecar whatever its layout, so no layout is checked.
+pub(super) fn choose_sidecar_mode(
+    shape: &super::shape::PageShape,
+    bases: &[u64],
+    info: &BackendInfo,
+    config: &Config,
+) -> (TransferMode, String) {
+    let capability = &info.capability;
+    let rule = ModeRule::of(config, info);
+    let mut align = effective_alignment(capability);
+    let spans = shape.spans_per_page();
+    // SGLang names each span of a zero-copy sidecar as its own object.
+    let per_object = match rule {
+        ModeRule::Sglang { page_aligned } => {
+            if page_aligned {
+                align = align.max(SGLANG_DIRECT_IO_ALIGN);
+            }
+            1
+        }
+        ModeRule::Hicache => spans,
+    };
+    let decided = if per_object + 1 > u64::from(capability.max_segments.max(1)) {
+        (
+            TransferMode::Bounce,
+            format!(
+                "an object would have {per_object} spans, more than the {} segments per object the backend takes",
+                capability.max_segments
+            ),
+        )
+    } else if !shape.aligned(bases, align) {
+        (
+            TransferMode::Bounce,
+            format!(
+                "zero-copy needs every buffer base, page stride and span {align}-byte aligned, and this pool's are not"
+            ),
+        )
+    } else if align > 1 {
+        (
+            TransferMode::ZeroCopy,
+            format!("every buffer base, page stride and span is {align}-byte aligned"),
+        )
+    } else {
+        (
+            TransferMode::ZeroCopy,
+            format!("direct I/O is off; {spans} span(s) per page move in place"),
+        )
+    };
+    match decided {
+        (TransferMode::ZeroCopy, _) if config.transfer_mode.value == TransferChoice::Bounce => (
+            TransferMode::Bounce,
+            format!(
+                "transfer_mode = bounce (from {})",
+                config.transfer_mode.source
+            ),
+        ),
+        decided => decided,
+    }
+}

@@ -8,31 +8,39 @@ use std::sync::Arc;
 use crate::backend::{DynBackend, MissReason, StorageBackend};
 use crate::envelope::{self, FLAG_ANCHOR, FLAG_UNCHECKED, HEADER_FIELDS_LEN, Header, PageFormat};
 use crate::error::{Error, Result};
-use crate::key::{KvPart, Namespace, ObjectKey, ObjectNamer, PageKey};
+use crate::key::{Namespace, ObjectKey, ObjectNamer, PageKey};
 use crate::memory::{MemoryRegion, RegionId, Slice, align_up};
-use crate::pool::{HostPool, PoolGeometry};
+use crate::pool::HostPool;
+
+use super::shape::{BufSpan, PageShape};
 use crate::staging::StagingPool;
 
 use super::*;
 
-/// One object of a page: which spans it holds and its name suffix.
+/// One object of a page: which spans it holds, its name's tag and its payload's length.
 #[derive(Clone, Debug)]
 pub(super) struct Part {
-    pub(super) kv: Option<KvPart>,
+    /// Appended to the page's name (SGLang zero-copy naming: `_k`, `_v`, `_conv_0`…).
+    pub(super) tag: Option<String>,
+    /// Indices into the page's spans (zero-copy); every span for bounce and anchor pools.
     pub(super) spans: Range<u64>,
+    /// Payload bytes of the object (its spans, a whole page, or a marker).
+    pub(super) payload_len: u64,
 }
 
 /// Everything fixed once a pool is registered.
 pub(super) struct PoolState {
     pub(super) backend: DynBackend,
     /// Kept so the pool lives as long as its registration.
-    pub(super) _pool: Arc<dyn HostPool>,
-    pub(super) geometry: PoolGeometry,
-    /// The pool's memory (None: anchor pool); the connector reaches it only through pins.
-    pub(super) memory: Option<MemoryRegion>,
+    pub(super) _pool: Option<Arc<dyn HostPool>>,
+    pub(super) shape: PageShape,
+    /// The pool's memory, one region per buffer (empty: anchor pool); the connector reaches
+    /// it only through pins.
+    pub(super) memory: Vec<MemoryRegion>,
     /// The pool is GPU memory: payloads move by DMA only, unchecksummed.
     pub(super) device: bool,
-    pub(super) pool_region: Option<RegionId>,
+    /// The buffers' registrations with the backend (zero-copy pools only).
+    pub(super) regions: Vec<RegionId>,
     pub(super) mode: TransferMode,
     pub(super) format: PageFormat,
     pub(super) namer: ObjectNamer,
@@ -40,8 +48,6 @@ pub(super) struct PoolState {
     pub(super) parts: Vec<Part>,
     pub(super) align: u64,
     pub(super) header_len: u64,
-    /// Payload bytes of one object (a part's spans, a page, or a marker).
-    pub(super) payload_len: u64,
     pub(super) write_staging: Option<StagingPool>,
     pub(super) read_staging: Option<StagingPool>,
     pub(super) objects_per_call: usize,
@@ -59,13 +65,16 @@ impl fmt::Debug for PoolState {
 
 impl Drop for PoolState {
     fn drop(&mut self) {
-        if let Some(id) = self.pool_region.take() {
-            if let Some(memory) = &self.memory {
-                // Backends end their I/O before a dropped call finishes dropping; a transfer
-                // that still pins the pool (an HTTP body being sent) is waited for, so the
-                // memory is never released under it.
-                memory.wait_idle_blocking();
-            }
+        if self.regions.is_empty() {
+            return;
+        }
+        // Backends end their I/O before a dropped call finishes dropping; a transfer that
+        // still pins the pool (an HTTP body being sent) is waited for, so the memory is never
+        // released under it.
+        for memory in &self.memory {
+            memory.wait_idle_blocking();
+        }
+        for id in self.regions.drain(..) {
             if let Err(e) = self.backend.deregister(id) {
                 tracing::debug!(error = %e, "deregistering the pool failed");
             }
@@ -132,39 +141,47 @@ impl PoolState {
     }
 
     pub(super) fn object_key(&self, key: &PageKey, part: &Part) -> Result<ObjectKey> {
-        match part.kv {
+        match &part.tag {
             None => self.namer.page_object(key),
-            Some(kv) => self.namer.part_object(key, kv),
+            Some(tag) => self.namer.part_object(key, tag),
         }
     }
 
-    pub(super) fn span_slices(
-        &self,
+    /// The spans of a part of `page` (validated by `host_pages`).
+    pub(super) fn span_slices<'a>(
+        &'a self,
         page: u64,
         part: &Part,
-    ) -> impl Iterator<Item = crate::pool::Span> {
-        self.geometry
-            .page_spans(page)
-            .expect("page index validated by host_pages")
+    ) -> impl Iterator<Item = BufSpan> + 'a {
+        self.shape
+            .spans(page)
             .skip(part.spans.start as usize)
             .take((part.spans.end - part.spans.start) as usize)
     }
 
+    /// A span as a slice of the buffer's registration (zero-copy pools only).
+    fn registered(&self, s: BufSpan) -> Slice {
+        Slice::new(self.regions[s.buf], s.offset, s.len)
+    }
+
     /// Checksum of a part's spans in the host pool, read under pins.
     pub(super) fn pool_checksum(&self, page: u64, part: &Part) -> Result<u64> {
-        let memory = self.memory.as_ref().ok_or_else(|| Error::InvalidPool {
-            reason: "a pool without memory has no spans to checksum".into(),
-        })?;
+        if self.memory.is_empty() {
+            return Err(Error::InvalidPool {
+                reason: "a pool without memory has no spans to checksum".into(),
+            });
+        }
         // Span by span, each pinned while it is hashed: no allocation per page.
         let mut hasher = envelope::PayloadHasher::default();
         for span in self.span_slices(page, part) {
-            let pinned = memory.source(span.offset, span.len, "connector checksum")?;
+            let pinned =
+                self.memory[span.buf].source(span.offset, span.len, "connector checksum")?;
             hasher.update(pinned.host_bytes()?);
         }
         Ok(hasher.finish())
     }
 
-    pub(super) fn expected_header(&self, object: &ObjectKey, checksum: u64) -> Header {
+    pub(super) fn expected_header(&self, object: &ObjectKey, part: &Part, checksum: u64) -> Header {
         Header {
             flags: match (self.mode, self.device) {
                 (TransferMode::Anchor, _) => FLAG_ANCHOR,
@@ -174,7 +191,7 @@ impl PoolState {
             header_len: self.header_len,
             namespace: self.namespace,
             key_hash: object.hash(),
-            payload_len: self.payload_len,
+            payload_len: part.payload_len,
             checksum,
         }
     }
@@ -196,7 +213,6 @@ impl PoolState {
         let enveloped = self.format == PageFormat::Envelope;
         match self.mode {
             TransferMode::ZeroCopy => {
-                let region = self.pool_region.expect("zero-copy pools are registered");
                 if enveloped {
                     let sum = match sum {
                         // Device pages are not checksummed (`FLAG_UNCHECKED`).
@@ -205,13 +221,10 @@ impl PoolState {
                         None => self.pool_checksum(page, part)?,
                     };
                     let chunk = chunk.expect("enveloped zero-copy pools stage headers");
-                    self.put_header(chunk, slot_off, object, sum)?;
+                    self.put_header(chunk, slot_off, object, part, sum)?;
                     segments.push(Slice::new(chunk.region, slot_off, self.header_len));
                 }
-                segments.extend(
-                    self.span_slices(page, part)
-                        .map(|s| Slice::new(region, s.offset, s.len)),
-                );
+                segments.extend(self.span_slices(page, part).map(|s| self.registered(s)));
             }
             TransferMode::Bounce | TransferMode::Anchor => {
                 let chunk = chunk.expect("bounce and anchor pools stage pages");
@@ -219,20 +232,18 @@ impl PoolState {
                 let mut slot =
                     chunk
                         .memory
-                        .target(payload_off, self.payload_len, "connector staging slot")?;
+                        .target(payload_off, part.payload_len, "connector staging slot")?;
                 let payload = slot.host_bytes_mut()?;
-                match (&self.memory, self.mode) {
-                    (Some(memory), TransferMode::Bounce) => {
-                        crate::pool::gather_from(memory, &self.geometry, page, payload)?
-                    }
+                match self.mode {
+                    TransferMode::Bounce => self.shape.gather(&self.memory, page, payload)?,
                     _ => payload.fill(0x01),
                 }
                 if enveloped {
                     let sum = envelope::checksum([&*payload]);
                     drop(slot);
-                    self.put_header(chunk, slot_off, object, sum)?;
+                    self.put_header(chunk, slot_off, object, part, sum)?;
                 }
-                let slot_len = self.header_len + align_up(self.payload_len, self.align);
+                let slot_len = self.header_len + align_up(part.payload_len, self.align);
                 segments.push(Slice::new(chunk.region, slot_off, slot_len));
             }
         }
@@ -244,9 +255,10 @@ impl PoolState {
         chunk: &crate::staging::Chunk,
         slot_off: u64,
         object: &ObjectKey,
+        part: &Part,
         sum: u64,
     ) -> Result<()> {
-        let fields = self.expected_header(object, sum).encode();
+        let fields = self.expected_header(object, part, sum).encode();
         chunk
             .memory
             .target(slot_off, HEADER_FIELDS_LEN as u64, "connector header slot")?
@@ -268,15 +280,11 @@ impl PoolState {
                 {
                     segments.push(Slice::new(chunk.region, slot_off, self.header_len));
                 }
-                let region = self.pool_region.expect("zero-copy pools are registered");
-                segments.extend(
-                    self.span_slices(page, part)
-                        .map(|s| Slice::new(region, s.offset, s.len)),
-                );
+                segments.extend(self.span_slices(page, part).map(|s| self.registered(s)));
             }
             TransferMode::Bounce | TransferMode::Anchor => {
                 let chunk = chunk.expect("bounce and anchor pools stage pages");
-                let slot_len = self.header_len + align_up(self.payload_len, self.align);
+                let slot_len = self.header_len + align_up(part.payload_len, self.align);
                 segments.push(Slice::new(chunk.region, slot_off, slot_len));
             }
         }
@@ -288,17 +296,18 @@ impl PoolState {
     pub(super) fn seal(
         &self,
         object: &ObjectKey,
+        part: &Part,
         payload: &[std::io::IoSlice<'_>],
         header: &mut [u8],
     ) -> Result<()> {
         let plugin = || self.backend.info().name;
         let len: u64 = payload.iter().map(|s| s.len() as u64).sum();
-        if len != self.payload_len {
+        if len != part.payload_len {
             return Err(Error::backend(
                 plugin(),
                 format!(
                     "sealed {len} payload bytes of {object}, which holds {} (a plugin bug: the payload is every segment after the first)",
-                    self.payload_len
+                    part.payload_len
                 ),
             ));
         }
@@ -316,7 +325,7 @@ impl PoolState {
         for s in payload {
             hasher.update(s);
         }
-        fields.copy_from_slice(&self.expected_header(object, hasher.finish()).encode());
+        fields.copy_from_slice(&self.expected_header(object, part, hasher.finish()).encode());
         Ok(())
     }
 
@@ -327,6 +336,7 @@ impl PoolState {
         &self,
         bytes: &[std::io::IoSlice<'_>],
         object: &ObjectKey,
+        part: &Part,
     ) -> Result<(), MissReason> {
         if self.format == PageFormat::Raw {
             return Ok(());
@@ -350,7 +360,7 @@ impl PoolState {
             });
         }
         let header = Header::decode(&fields)?;
-        header.check_identity(&self.expected_header(object, 0))?;
+        header.check_identity(&self.expected_header(object, part, 0))?;
         if self.device || !header.has_checksum() {
             return Ok(());
         }
@@ -358,7 +368,7 @@ impl PoolState {
         // (an object padded to the direct-I/O alignment ends in bytes no checksum covers).
         let mut hasher = envelope::PayloadHasher::default();
         let mut skip = self.header_len as usize;
-        let mut left = self.payload_len as usize;
+        let mut left = part.payload_len as usize;
         for s in bytes {
             let s: &[u8] = s;
             if skip >= s.len() {
@@ -375,7 +385,7 @@ impl PoolState {
         }
         if left > 0 {
             return Err(MissReason::SizeMismatch {
-                expected: self.header_len + self.payload_len,
+                expected: self.header_len + part.payload_len,
                 found: bytes.iter().map(|s| s.len() as u64).sum(),
             });
         }
@@ -411,7 +421,7 @@ impl PoolState {
             fields.copy_from_slice(head.host_bytes().map_err(unreadable)?);
         }
         let header = Header::decode(&fields)?;
-        header.check_identity(&self.expected_header(object, 0))?;
+        header.check_identity(&self.expected_header(object, part, 0))?;
         if self.device || !header.has_checksum() {
             // Device pages never touch host memory, where a checksum could be computed;
             // an object written from one carries none.
@@ -424,7 +434,7 @@ impl PoolState {
                     .memory
                     .source(
                         slot_off + self.header_len,
-                        self.payload_len,
+                        part.payload_len,
                         "connector staging slot",
                     )
                     .map_err(unreadable)?;
@@ -505,7 +515,7 @@ pub(super) fn fail_all<T>(n: usize, e: &Error) -> Vec<Result<T>> {
 
 /// Validates host slots against the keys and the pool and returns one page index per key.
 pub(super) fn host_pages(
-    geometry: &PoolGeometry,
+    geometry: &PageShape,
     keys: usize,
     slots: HostSlots<'_>,
 ) -> Result<Vec<u64>> {

@@ -48,7 +48,7 @@ pub fn scatter_page(pool: &dyn HostPool, page: u64, src: &[u8]) -> Result<()> {
 }
 
 /// [`gather_page`] for a region and geometry already checked by the caller.
-pub(crate) fn gather_from(
+fn gather_from(
     region: &MemoryRegion,
     geometry: &PoolGeometry,
     page: u64,
@@ -66,7 +66,7 @@ pub(crate) fn gather_from(
 }
 
 /// [`scatter_page`] for a region and geometry already checked by the caller.
-pub(crate) fn scatter_into(
+fn scatter_into(
     region: &MemoryRegion,
     geometry: &PoolGeometry,
     page: u64,

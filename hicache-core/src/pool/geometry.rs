@@ -191,7 +191,7 @@ impl fmt::Display for Layout {
 }
 
 /// One contiguous byte range of a pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Span {
     /// Offset from the pool's base.
     pub offset: u64,

@@ -24,11 +24,12 @@
 mod copy;
 mod geometry;
 mod mmap;
+mod sidecar;
 
-pub(crate) use copy::{gather_from, scatter_into};
 pub use copy::{gather_page, scatter_page};
 pub use geometry::{AttentionKind, Dtype, Layout, PageSpans, PoolGeometry, Span};
 pub use mmap::MmapPool;
+pub use sidecar::{BufferLayout, MAX_POOL_NAME_LEN, PoolName, SidecarGeometry, SidecarPool};
 
 use std::fmt;
 

@@ -15,6 +15,7 @@ mod identity;
 mod inputs;
 mod pins;
 mod sealed;
+mod sidecars;
 
 const PAGES: u64 = 12;
 

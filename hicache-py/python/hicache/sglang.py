@@ -9,7 +9,10 @@ Start SGLang with::
 
 SGLang builds the class as ``HiCacheBackend(storage_config, kwargs)``, registers its host
 pool, then calls ``batch_exists``, ``batch_get_v1`` and ``batch_set_v1`` (at most 128 pages a
-call) from its prefetch, prefetch-I/O and backup threads at once. Every call lets go of the
+call) from its prefetch, prefetch-I/O and backup threads at once. Hybrid models (Mamba,
+sliding-window, indexer and DeepSeek-V4 pools) also register their sidecar pools with
+``register_mem_host_pool_v2`` and move them with ``batch_exists_v2``, ``batch_get_v2`` and
+``batch_set_v2``. Every call lets go of the
 GIL while its I/O runs. The extra config is read by hicache's own strict rules: its keys
 (``storage_dir``, ``plugin``, ``use_direct_io``, ``naming``, ...) configure hicache; SGLang's
 routing and engine keys are accepted and not passed on; anything else is an error that names
@@ -29,6 +32,8 @@ from sglang.srt.mem_cache.hicache_storage import (
     HiCacheStorage,
     HiCacheStorageConfig,
     HiCacheStorageExtraInfo,
+    PoolTransfer,
+    PoolTransferResult,
 )
 
 from hicache._native import Connector
@@ -136,6 +141,7 @@ class HiCacheBackend(HiCacheStorage):
             cp_size=getattr(cfg, "attn_cp_size", 1),
         )
         self._report: Optional[dict] = None
+        self._sidecars: dict = {}
         self._lock = threading.Lock()
         self._metrics = _Metrics()
         logger.info("hicache: plugin %s", self._connector.plugin)
@@ -180,6 +186,118 @@ class HiCacheBackend(HiCacheStorage):
                 f"pointers, relative to kv_buffer) but hicache's geometry puts it at "
                 f"{ours[:4]}; the pool's geometry is not what hicache was told"
             )
+
+    # --- hybrid models: sidecar pools and the v2 interface -------------------------
+
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name) -> None:
+        """Registers a sidecar pool (Mamba state, sliding-window KV, indexer, DeepSeek-V4
+        pools) beside the KV pool. Its pages are moved in place: their layout is read from
+        SGLang's own page pointers (``get_hybrid_pool_buffer`` and ``get_page_buffer_meta``),
+        so a pool without them is refused. ``kv`` is the pool ``register_mem_pool_host``
+        registered and is not registered again."""
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        name = _pool_name(host_pool_name)
+        if name == "kv":
+            return
+        buffers, layouts, pages = _sidecar_layout(host_pool, name)
+        # Mamba state is TP-sharded; other sidecars are rank-replicated when the model is.
+        replicated = bool(self.storage_config.is_mla_model) and name != "mamba"
+        fmt = "; ".join(
+            [type(host_pool).__name__] + [str(getattr(b, "dtype", "?")) for b in buffers]
+        )
+        report = self._connector.register_sidecar(
+            name,
+            buffers,
+            layouts,
+            page_tokens=int(getattr(host_pool, "page_size", 1) or 1),
+            pages=pages,
+            replicated=replicated,
+            format=fmt,
+        )
+        with self._lock:
+            self._sidecars[name] = report
+        logger.info(
+            "hicache: sidecar %s registered: %s (%s), %d bytes per page, %s",
+            name,
+            report["mode"],
+            report["reason"],
+            report["page_bytes"],
+            "writer" if report["writer"] else "not a writer (replicated, TP rank > 0)",
+        )
+
+    def batch_exists_v2(
+        self,
+        keys: List[str],
+        pool_transfers: Optional[List[PoolTransfer]] = None,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> PoolTransferResult:
+        """The KV prefix of ``keys`` and, within it, the prefixes every sidecar in
+        ``pool_transfers`` can restore under its hit policy (``all_pages``, or
+        ``trailing_pages`` with a window of ``len(transfer.keys)`` pages).
+        ``restorable_prefix_pages`` lists every prefix a read would restore in full, so it
+        never holds one some pool cannot restore."""
+        queries = []
+        for t in pool_transfers or []:
+            name = _pool_name(t.name)
+            if name not in self._sidecars:
+                logger.warning("hicache: pool %s is not registered; nothing is restorable", name)
+                return PoolTransferResult.empty()
+            policy = str(getattr(t.hit_policy, "value", t.hit_policy))
+            if policy == "all_pages":
+                queries.append((name, policy, 0))
+            elif policy == "trailing_pages":
+                queries.append((name, policy, max(1, len(t.keys or []))))
+            else:
+                raise ValueError(f"hicache: unsupported pool hit policy {policy!r} (pool {name})")
+        kv_hit, hits, restorable, hit = self._connector.batch_exists_v2(list(keys), queries)
+        counts = {"kv": kv_hit} if kv_hit else {}
+        counts.update({name: n for name, n in hits if n})
+        return PoolTransferResult(hit, counts, restorable_prefix_pages=list(restorable))
+
+    def batch_get_v2(
+        self,
+        transfers: List[PoolTransfer],
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> dict:
+        """Reads each transfer's pages into its pool: ``{pool: [bool per key]}``. A ``kv``
+        transfer is read first, and then a sidecar page only if its key is in the KV prefix
+        that read restored."""
+        return self._transfer_v2(transfers, write=False)
+
+    def batch_set_v2(
+        self,
+        transfers: List[PoolTransfer],
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> dict:
+        """Writes each transfer's pages from its pool: ``{pool: [bool per key]}``."""
+        return self._transfer_v2(transfers, write=True)
+
+    def _transfer_v2(self, transfers, write: bool) -> dict:
+        calls, results, names = [], {}, []
+        for t in transfers:
+            name = _pool_name(t.name)
+            keys = list(t.keys or [])
+            if t.host_indices is None:
+                logger.error("hicache: pool %s transfer without host indices", name)
+                results[name] = [False] * len(keys)
+                continue
+            indices = t.host_indices
+            tokens = indices.tolist() if hasattr(indices, "tolist") else list(indices)
+            calls.append((name, keys, tokens))
+            names.append(name)
+        if calls:
+            call = self._connector.batch_set_v2 if write else self._connector.batch_get_v2
+            for name, (done, errors), (_, keys, _) in zip(names, call(calls), calls):
+                for i, message in errors:
+                    logger.warning(
+                        "hicache: %s of pool %s page %s failed: %s",
+                        "write" if write else "read",
+                        name,
+                        keys[i],
+                        message,
+                    )
+                results[name] = done
+        return results
 
     # --- the v1 interface ---------------------------------------------------------
 
@@ -289,6 +407,83 @@ class HiCacheBackend(HiCacheStorage):
 
     def close(self) -> None:
         self._connector.close()
+
+
+def _pool_name(name) -> str:
+    """SGLang's ``PoolName`` (a ``str`` enum) or a plain string, as its value."""
+    return str(getattr(name, "value", name))
+
+
+def _indices(start: int, count: int):
+    """Token indices as SGLang's pools take them: an int64 tensor where torch is real."""
+    try:
+        import torch
+
+        return torch.arange(start, start + count, dtype=torch.int64)
+    except (ImportError, AttributeError):  # no torch, or the tests' stand-in module
+        return _Indices(start, count)
+
+
+def _sidecar_layout(host_pool, name: str):
+    """A sidecar pool's buffers, each buffer's ``(stride, spans of page 0)``, and its page
+    count, read from SGLang's own page pointers for pages 0 and 1."""
+    get_buffers = getattr(host_pool, "get_hybrid_pool_buffer", None)
+    get_meta = getattr(host_pool, "get_page_buffer_meta", None)
+    if get_buffers is None or get_meta is None:
+        raise ValueError(
+            f"hicache: hybrid pool {name} ({type(host_pool).__name__}) has no page pointers "
+            f"(get_hybrid_pool_buffer, get_page_buffer_meta); hicache moves sidecar pages in "
+            f"place and cannot serve it"
+        )
+    buffers = list(get_buffers() or [])
+    if not buffers:
+        raise ValueError(
+            f"hicache: hybrid pool {name} exposes no buffers (a pool that does not own its "
+            f"memory); hicache cannot serve it"
+        )
+    size = int(getattr(host_pool, "page_size", 1) or 1)
+    try:
+        ptrs0, sizes0 = get_meta(_indices(0, size))
+        ptrs1, _ = get_meta(_indices(size, size))
+    except (NotImplementedError, ValueError, IndexError, AssertionError) as e:
+        raise ValueError(f"hicache: hybrid pool {name} has no usable page pointers: {e}") from e
+    ptrs0, ptrs1 = [int(p) for p in ptrs0], [int(p) for p in ptrs1]
+    if not ptrs0 or len(ptrs0) != len(ptrs1) or len(sizes0) != len(ptrs0):
+        raise ValueError(
+            f"hicache: hybrid pool {name} gives {len(ptrs0)} and {len(ptrs1)} pointers for "
+            f"pages 0 and 1; hicache needs the same positive count per page"
+        )
+    extents = [(_buffer_address(b), _buffer_bytes(b)) for b in buffers]
+    spans = [[] for _ in buffers]
+    strides = [None] * len(buffers)
+    for p0, p1, n in zip(ptrs0, ptrs1, (int(n) for n in sizes0)):
+        owner = next(
+            (i for i, (base, length) in enumerate(extents) if base <= p0 and p0 + n <= base + length),
+            None,
+        )
+        stride = p1 - p0
+        if owner is None or stride <= 0 or strides[owner] not in (None, stride):
+            raise ValueError(
+                f"hicache: hybrid pool {name}: a page pointer ({p0:#x}, {n} bytes, next page "
+                f"{p1:#x}) is outside its buffers or not one stride per page"
+            )
+        strides[owner] = stride
+        spans[owner].append((p0 - extents[owner][0], n))
+    used = [i for i, s in enumerate(spans) if s]
+    pages = min(
+        (extents[i][1] - max(off + n for off, n in spans[i])) // strides[i] + 1 for i in used
+    )
+    return (
+        [buffers[i] for i in used],
+        [(strides[i], spans[i]) for i in used],
+        int(pages),
+    )
+
+
+def _buffer_bytes(buffer) -> int:
+    if hasattr(buffer, "data_ptr"):
+        return int(buffer.numel()) * int(buffer.element_size())
+    return int(buffer.nbytes)
 
 
 def _buffer_address(buffer) -> int:

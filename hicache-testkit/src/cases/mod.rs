@@ -5,6 +5,7 @@ pub mod backend;
 pub mod cancel;
 pub mod connector;
 pub mod faults;
+pub mod hybrid;
 pub mod model;
 
 use crate::broken::Bug::{self, *};
@@ -104,6 +105,13 @@ pub const ALL: &[Case] = cases![
     connector::connector_raw_format_round_trip => catches(&[ReadsDeliverNothing, TornWrites]),
     connector::connector_reregister_pool => catches(&[ReadsDeliverNothing, TornWrites]),
     connector::connector_small_staging_chunks => catches(&[CrossTalk, TornWrites]),
+    hybrid::hybrid_round_trip_every_sidecar_shape => catches(&[ReadsDeliverNothing, TornWrites]),
+    hybrid::hybrid_exists_finds_what_transfers_wrote => catches(&[RemoveDoesNothing, ExistsAlwaysTrue]),
+    hybrid::hybrid_partial_sidecar_hits => catches(&[ExistsAlwaysTrue, MissIsError]),
+    hybrid::hybrid_trailing_pages_restorable_prefix => catches(&[ExistsAlwaysTrue, ReadsDeliverNothing]),
+    hybrid::hybrid_sidecar_geometry_mismatch_misses => catches(&[DropsNameSuffix, OneObjectForAllNames]),
+    hybrid::hybrid_batches_above_128_pages => catches(&[CrossTalk, ReadsDeliverNothing]),
+    hybrid::hybrid_bad_calls_are_refused_before_io => core("v2 calls are checked whole by the connector before the plugin sees them"),
     faults::faults_write_errors_are_per_page => catches(&[ResultsReversed, ForgetsOnReopen]),
     faults::faults_torn_reads_never_return_wrong_bytes => catches(&[TornWrites, ForgetsOnReopen]),
     faults::faults_short_writes_are_caught_on_read => catches(&[IgnoresSizeMismatch]),

@@ -26,12 +26,12 @@ pub use sglang::*;
 use hicache_core::{ReadOutcome, SetOutcome};
 
 /// Pages in the pools most cases register.
-const PAGES: u64 = 12;
+pub(super) const PAGES: u64 = 12;
 
 fn all_hits(r: &[hicache_core::Result<ReadOutcome>]) -> bool {
     r.iter().all(|r| matches!(r, Ok(ReadOutcome::Hit)))
 }
 
-fn all_written(r: &[hicache_core::Result<SetOutcome>]) -> bool {
+pub(super) fn all_written(r: &[hicache_core::Result<SetOutcome>]) -> bool {
     r.iter().all(|r| matches!(r, Ok(SetOutcome::Written)))
 }
