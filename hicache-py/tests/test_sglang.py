@@ -653,6 +653,24 @@ class NixlInterop(unittest.TestCase):
                         get = PoolTransfer(name=PoolName(k), host_indices=tokens(range(6, 9)), keys=theirs)
                         self.assertEqual(backend.batch_get_v2([get]), {k: [True] * 3})
                         self.assertEqual([side.page_bytes(p) for p in range(6, 9)], want, k)
+                    # A pool without pointers: both sides store SGLang's flat page under
+                    # the pool's one component name.
+                    flat = SidecarHostPool("indexer" if not direct else "swa", pointers=False)
+                    name = PoolName.DEEPSEEK_V4_C4
+                    backend.register_mem_host_pool_v2(flat, name)
+                    for p in range(6):
+                        flat.fill(p, seed=70 + p)
+                    put = PoolTransfer(name=name, host_indices=tokens(range(3)), keys=mine)
+                    self.assertEqual(backend.batch_set_v2([put]), {str(name.value): [True] * 3})
+                    for key, page in zip(naming._get_component_keys(mine, name), range(3)):
+                        path = files.get_file_path(key)
+                        self.assertEqual(read_file(path), flat.get_data_page(page * PAGE).tobytes(), path)
+                    for key, page in zip(naming._get_component_keys(theirs, name), range(3, 6)):
+                        write_file(files.get_file_path(key), flat.get_data_page(page * PAGE).tobytes())
+                    want = [flat.page_bytes(p) for p in range(3, 6)]
+                    get = PoolTransfer(name=name, host_indices=tokens(range(6, 9)), keys=theirs)
+                    self.assertEqual(backend.batch_get_v2([get]), {str(name.value): [True] * 3})
+                    self.assertEqual([flat.page_bytes(p) for p in range(6, 9)], want)
                 finally:
                     backend.close()
 
@@ -849,8 +867,9 @@ class SidecarHostPool:
     in separate buffers (three pointers per page), ``swa`` K and V halves of one buffer (two
     pointers), ``indexer`` 1000-byte pages (one pointer, off every direct-I/O alignment)."""
 
-    def __init__(self, kind, pages=PAGES):
+    def __init__(self, kind, pages=PAGES, pointers=True):
         self.kind = kind
+        self.pointers = pointers
         self.page_size = PAGE
         self.pages = pages
         if kind == "mamba":
@@ -882,6 +901,8 @@ class SidecarHostPool:
         return out
 
     def get_page_buffer_meta(self, indices):
+        if not self.pointers:  # as SGLang's Mamba pool in a layer_first layout
+            raise ValueError("Mamba storage zero-copy requires page_first layout, got layer_first")
         idx = indices.tolist()
         ptrs, sizes = [], []
         for t in range(0, len(idx), PAGE):
@@ -889,6 +910,19 @@ class SidecarHostPool:
                 ptrs.append(address(self.buffers[i]) + off)
                 sizes.append(n)
         return ptrs, sizes
+
+    def get_data_page(self, index, flat=True):
+        """SGLang's flat page: the uint8 concatenation of the page's components."""
+        return np.frombuffer(self.page_bytes(index // PAGE), dtype=np.uint8).copy()
+
+    def get_dummy_flat_data_page(self):
+        return np.zeros(len(self.page_bytes(0)), dtype=np.uint8)
+
+    def set_from_flat_data_page(self, index, data):
+        flat, at = data.reshape(-1).view(np.uint8), 0
+        for i, off, n in self._ranges(index // PAGE):
+            self.buffers[i].reshape(-1).view(np.uint8)[off : off + n] = flat[at : at + n]
+            at += n
 
     def fill(self, page, seed):
         for i, off, n in self._ranges(page):
@@ -1040,12 +1074,42 @@ class Hybrid(unittest.TestCase):
         # Mamba state is TP-sharded: this rank wrote its own. The indexer is rank 0's to write.
         self.assertEqual(rank1.batch_get_v2(get), {"mamba": [True, True], "indexer": [False, False]})
 
+    def test_pools_without_pointers_are_copied_through_staging(self):
+        """A sidecar whose pointers are unavailable (SGLang's Mamba pool outside page_first)
+        moves through staging slots with its own flat pages: calls of more pages than the
+        slots are chunked, and a read after a KV miss restores nothing past it."""
+        backend, pool, _ = self.open(kinds=())
+        big = SidecarHostPool("mamba", pages=300, pointers=False)
+        backend.register_mem_host_pool_v2(big, PoolName.MAMBA)
+        keys = [f"c{p:063x}" for p in range(300)]
+        for p in range(300):
+            big.fill(p, seed=p)
+        want = [big.page_bytes(p) for p in range(300)]
+        put = PoolTransfer(name=PoolName.MAMBA, host_indices=tokens(range(300)), keys=keys)
+        self.assertEqual(backend.batch_set_v2([put]), {"mamba": [True] * 300})
+        for p in range(300):
+            big.fill(p, seed=1000 + p)
+        self.assertEqual(backend.batch_get_v2([put]), {"mamba": [True] * 300})
+        self.assertEqual([big.page_bytes(p) for p in range(300)], want)
+        found = backend.batch_exists_v2(keys[:3], [PoolTransfer(name=PoolName.MAMBA)])
+        self.assertEqual(found.restorable_prefix_pages, [], "no KV pages were written")
+        fill_page(pool, 0, seed=1)
+        self.assertEqual(backend.batch_set_v1(keys[:1] + keys[2:3], tokens([0, 2])), [True, True])
+        got = backend.batch_get_v2(
+            [
+                PoolTransfer(name=PoolName.KV, host_indices=tokens(range(6, 9)), keys=keys[:3]),
+                PoolTransfer(name=PoolName.MAMBA, host_indices=tokens(range(3)), keys=keys[:3]),
+            ]
+        )
+        self.assertEqual(got, {"kv": [True, False, True], "mamba": [True, False, False]})
+
     def test_refusals(self):
         backend, _, _ = self.open(kinds=("swa",))
-        with self.assertRaisesRegex(ValueError, "no page pointers"):
+        with self.assertRaisesRegex(ValueError, "no page pointers .* no get_data_page"):
             backend.register_mem_host_pool_v2(object(), PoolName.DEEPSEEK_V4_C4)
-        empty = SidecarHostPool("indexer")
-        empty.buffers = []
+        empty = types.SimpleNamespace(
+            get_hybrid_pool_buffer=lambda: [], get_page_buffer_meta=lambda indices: ([], [])
+        )
         with self.assertRaisesRegex(ValueError, "no buffers"):
             backend.register_mem_host_pool_v2(empty, PoolName.INDEXER)
         self.assertEqual(

@@ -142,6 +142,7 @@ class HiCacheBackend(HiCacheStorage):
         )
         self._report: Optional[dict] = None
         self._sidecars: dict = {}
+        self._copies: dict = {}
         self._lock = threading.Lock()
         self._metrics = _Metrics()
         logger.info("hicache: plugin %s", self._connector.plugin)
@@ -191,31 +192,47 @@ class HiCacheBackend(HiCacheStorage):
 
     def register_mem_host_pool_v2(self, host_pool, host_pool_name) -> None:
         """Registers a sidecar pool (Mamba state, sliding-window KV, indexer, DeepSeek-V4
-        pools) beside the KV pool. Its pages are moved in place: their layout is read from
-        SGLang's own page pointers (``get_hybrid_pool_buffer`` and ``get_page_buffer_meta``),
-        so a pool without them is refused. ``kv`` is the pool ``register_mem_pool_host``
-        registered and is not registered again."""
+        pools) beside the KV pool. Where SGLang's own page pointers exist
+        (``get_hybrid_pool_buffer`` and ``get_page_buffer_meta``) its pages move in place, laid
+        out as those pointers say; otherwise they are copied through staging slots with the
+        pool's ``get_data_page`` / ``set_from_flat_data_page`` (SGLang's flat page), as
+        SGLang's NIXL backend does. ``kv`` is the pool ``register_mem_pool_host`` registered
+        and is not registered again."""
         super().register_mem_host_pool_v2(host_pool, host_pool_name)
         name = _pool_name(host_pool_name)
         if name == "kv":
             return
-        buffers, layouts, pages = _sidecar_layout(host_pool, name)
         # Mamba state is TP-sharded; other sidecars are rank-replicated when the model is.
         replicated = bool(self.storage_config.is_mla_model) and name != "mamba"
-        fmt = "; ".join(
-            [type(host_pool).__name__] + [str(getattr(b, "dtype", "?")) for b in buffers]
-        )
+        try:
+            buffers, layouts, pages = _sidecar_layout(host_pool, name)
+            copy = None
+            fmt = "; ".join(
+                [type(host_pool).__name__] + [str(getattr(b, "dtype", "?")) for b in buffers]
+            )
+            page_tokens = int(getattr(host_pool, "page_size", 1) or 1)
+        except _NoPointers as why:
+            copy = _CopySidecar.of(host_pool, name, why)
+            buffers, layouts, pages = [copy.staging], [copy.layout()], copy.slots
+            fmt = f"{type(host_pool).__name__}; flat page of {copy.page_bytes} bytes"
+            page_tokens = 1
         report = self._connector.register_sidecar(
             name,
             buffers,
             layouts,
-            page_tokens=int(getattr(host_pool, "page_size", 1) or 1),
+            page_tokens=page_tokens,
             pages=pages,
             replicated=replicated,
             format=fmt,
         )
+        if copy is not None:
+            report = dict(report, reason=f"{report['reason']}; {copy.why}")
         with self._lock:
             self._sidecars[name] = report
+            if copy is None:
+                self._copies.pop(name, None)
+            else:
+                self._copies[name] = copy
         logger.info(
             "hicache: sidecar %s registered: %s (%s), %d bytes per page, %s",
             name,
@@ -273,7 +290,7 @@ class HiCacheBackend(HiCacheStorage):
         return self._transfer_v2(transfers, write=True)
 
     def _transfer_v2(self, transfers, write: bool) -> dict:
-        calls, results, names = [], {}, []
+        direct, copied, results = [], [], {}
         for t in transfers:
             name = _pool_name(t.name)
             keys = list(t.keys or [])
@@ -283,21 +300,38 @@ class HiCacheBackend(HiCacheStorage):
                 continue
             indices = t.host_indices
             tokens = indices.tolist() if hasattr(indices, "tolist") else list(indices)
-            calls.append((name, keys, tokens))
-            names.append(name)
-        if calls:
+            copy = self._copies.get(name)
+            (direct if copy is None else copied).append((name, keys, tokens, copy))
+        if direct:
             call = self._connector.batch_set_v2 if write else self._connector.batch_get_v2
-            for name, (done, errors), (_, keys, _) in zip(names, call(calls), calls):
-                for i, message in errors:
-                    logger.warning(
-                        "hicache: %s of pool %s page %s failed: %s",
-                        "write" if write else "read",
-                        name,
-                        keys[i],
-                        message,
-                    )
-                results[name] = done
+            answers = call([(n, k, tok) for n, k, tok, _ in direct])
+            for (name, keys, _, _), answer in zip(direct, answers):
+                results[name] = self._log_failures(name, keys, answer, write)
+        # Sidecars without page pointers: only pages whose key the same call's KV read
+        # restored are read, as for the others.
+        restored = None
+        kv = results.get("kv")
+        if not write and kv is not None:
+            kv_keys = next(k for n, k, _, _ in direct if n == "kv")
+            lead = kv.index(False) if False in kv else len(kv)
+            restored = set(kv_keys[:lead])
+        for name, keys, tokens, copy in copied:
+            answer = copy.transfer(self._connector, name, keys, tokens, write, restored)
+            results[name] = self._log_failures(name, keys, answer, write)
         return results
+
+    @staticmethod
+    def _log_failures(name, keys, answer, write: bool) -> List[bool]:
+        done, errors = answer
+        for i, message in errors:
+            logger.warning(
+                "hicache: %s of pool %s page %s failed: %s",
+                "write" if write else "read",
+                name,
+                keys[i],
+                message,
+            )
+        return done
 
     # --- the v1 interface ---------------------------------------------------------
 
@@ -424,34 +458,131 @@ def _indices(start: int, count: int):
         return _Indices(start, count)
 
 
+class _NoPointers(ValueError):
+    """A sidecar pool without usable page pointers (it moves through staging instead)."""
+
+
+class _CopySidecar:
+    """A sidecar pool moved through staging slots: each page is copied between the pool and a
+    slot with its ``get_data_page`` / ``set_from_flat_data_page`` (SGLang's flat page, the
+    bytes SGLang's copy mode stores), and hicache moves the slots. Slots ``0..SLOTS`` serve
+    writes and ``SLOTS..2*SLOTS`` reads, each half under its own lock, so the backup thread and
+    the prefetch threads never share one; calls of more pages go in chunks."""
+
+    SLOTS = 128
+
+    def __init__(self, host_pool, sample, why: str):
+        import numpy as np
+
+        self.pool = host_pool
+        self.torch_pages = hasattr(sample, "element_size")
+        self.page_dtype = sample.dtype
+        if self.torch_pages:
+            page_bytes = int(sample.numel()) * int(sample.element_size())
+        else:
+            page_bytes = int(sample.nbytes)
+        self.page_bytes = page_bytes
+        self.slots = 2 * self.SLOTS
+        self.why = why
+        align = 4096
+        raw = np.zeros(self.slots * page_bytes + align, dtype=np.uint8)
+        at = -raw.__array_interface__["data"][0] % align
+        self.staging = raw[at : at + self.slots * page_bytes].reshape(self.slots, page_bytes)
+        self.locks = (threading.Lock(), threading.Lock())
+
+    @classmethod
+    def of(cls, host_pool, name: str, why: Exception) -> "_CopySidecar":
+        needed = ("get_data_page", "set_from_flat_data_page", "get_dummy_flat_data_page")
+        missing = [m for m in needed if not hasattr(host_pool, m)]
+        if missing:
+            raise ValueError(
+                f"hicache: hybrid pool {name} ({type(host_pool).__name__}) cannot be served: "
+                f"{why}, and it has no {', '.join(missing)} to copy its pages with"
+            )
+        copy = cls(host_pool, host_pool.get_dummy_flat_data_page(), f"pages copied through staging ({why})")
+        if copy.page_bytes <= 0:
+            raise ValueError(f"hicache: hybrid pool {name} has empty pages")
+        return copy
+
+    def layout(self):
+        return (self.page_bytes, [(0, self.page_bytes)])
+
+    def _flat_bytes(self, page):
+        """A flat page's bytes as a uint8 numpy array."""
+        if self.torch_pages:
+            import torch
+
+            return page.contiguous().reshape(-1).view(torch.uint8).cpu().numpy()
+        return page.reshape(-1).view("uint8")
+
+    def _as_page(self, row):
+        """A slot's bytes as a flat page of the pool's page dtype (what SGLang's copy mode
+        hands ``set_from_flat_data_page``)."""
+        if self.torch_pages:
+            import torch
+
+            return torch.from_numpy(row.copy()).view(self.page_dtype)
+        return row.copy().view(self.page_dtype)
+
+    def transfer(self, connector, name, keys, tokens, write, restored):
+        """One v2 transfer of this pool through the staging slots: ``(done, errors)``."""
+        n = len(keys)
+        per = len(tokens) // n if n else 0
+        if per * n != len(tokens) or (n and per == 0):
+            raise ValueError(
+                f"hicache: pool {name}: {n} keys need the same number of host token indices "
+                f"each; got {len(tokens)}"
+            )
+        done, errors = [False] * n, []
+        wanted = [i for i in range(n) if write or restored is None or keys[i] in restored]
+        base = 0 if write else self.SLOTS
+        with self.locks[0 if write else 1]:
+            for at in range(0, len(wanted), self.SLOTS):
+                chunk = wanted[at : at + self.SLOTS]
+                slots = [base + j for j in range(len(chunk))]
+                if write:
+                    for j, i in enumerate(chunk):
+                        flat = self._flat_bytes(self.pool.get_data_page(tokens[i * per], flat=True))
+                        if flat.size != self.page_bytes:
+                            raise ValueError(
+                                f"hicache: pool {name} gave a page of {flat.size} bytes, "
+                                f"not {self.page_bytes}"
+                            )
+                        self.staging[slots[j]] = flat
+                call = connector.batch_set_v2 if write else connector.batch_get_v2
+                [(ok, failed)] = call([(name, [keys[i] for i in chunk], slots)])
+                for j, i in enumerate(chunk):
+                    done[i] = ok[j]
+                    if ok[j] and not write:
+                        self.pool.set_from_flat_data_page(
+                            tokens[i * per], self._as_page(self.staging[slots[j]])
+                        )
+                errors.extend((chunk[j], message) for j, message in failed)
+        return done, errors
+
+
 def _sidecar_layout(host_pool, name: str):
     """A sidecar pool's buffers, each buffer's ``(stride, spans of page 0)``, and its page
-    count, read from SGLang's own page pointers for pages 0 and 1."""
+    count, read from SGLang's own page pointers for pages 0 and 1; ``_NoPointers`` (saying
+    why) where they are missing or do not describe strided pages."""
     get_buffers = getattr(host_pool, "get_hybrid_pool_buffer", None)
     get_meta = getattr(host_pool, "get_page_buffer_meta", None)
     if get_buffers is None or get_meta is None:
-        raise ValueError(
-            f"hicache: hybrid pool {name} ({type(host_pool).__name__}) has no page pointers "
-            f"(get_hybrid_pool_buffer, get_page_buffer_meta); hicache moves sidecar pages in "
-            f"place and cannot serve it"
-        )
+        raise _NoPointers("it has no page pointers (get_hybrid_pool_buffer, get_page_buffer_meta)")
     buffers = list(get_buffers() or [])
     if not buffers:
-        raise ValueError(
-            f"hicache: hybrid pool {name} exposes no buffers (a pool that does not own its "
-            f"memory); hicache cannot serve it"
-        )
+        raise _NoPointers("it exposes no buffers (a pool that does not own its memory)")
     size = int(getattr(host_pool, "page_size", 1) or 1)
     try:
         ptrs0, sizes0 = get_meta(_indices(0, size))
         ptrs1, _ = get_meta(_indices(size, size))
     except (NotImplementedError, ValueError, IndexError, AssertionError) as e:
-        raise ValueError(f"hicache: hybrid pool {name} has no usable page pointers: {e}") from e
+        raise _NoPointers(f"its page pointers are unavailable: {e}") from e
     ptrs0, ptrs1 = [int(p) for p in ptrs0], [int(p) for p in ptrs1]
     if not ptrs0 or len(ptrs0) != len(ptrs1) or len(sizes0) != len(ptrs0):
-        raise ValueError(
-            f"hicache: hybrid pool {name} gives {len(ptrs0)} and {len(ptrs1)} pointers for "
-            f"pages 0 and 1; hicache needs the same positive count per page"
+        raise _NoPointers(
+            f"its pointers for pages 0 and 1 number {len(ptrs0)} and {len(ptrs1)}, not the "
+            f"same positive count"
         )
     extents = [(_buffer_address(b), _buffer_bytes(b)) for b in buffers]
     spans = [[] for _ in buffers]
@@ -463,9 +594,9 @@ def _sidecar_layout(host_pool, name: str):
         )
         stride = p1 - p0
         if owner is None or stride <= 0 or strides[owner] not in (None, stride):
-            raise ValueError(
-                f"hicache: hybrid pool {name}: a page pointer ({p0:#x}, {n} bytes, next page "
-                f"{p1:#x}) is outside its buffers or not one stride per page"
+            raise _NoPointers(
+                f"a page pointer ({p0:#x}, {n} bytes, next page {p1:#x}) is outside its "
+                f"buffers or not one stride per page"
             )
         strides[owner] = stride
         spans[owner].append((p0 - extents[owner][0], n))
