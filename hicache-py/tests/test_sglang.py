@@ -1074,6 +1074,32 @@ class Hybrid(unittest.TestCase):
         # Mamba state is TP-sharded: this rank wrote its own. The indexer is rank 0's to write.
         self.assertEqual(rank1.batch_get_v2(get), {"mamba": [True, True], "indexer": [False, False]})
 
+    def test_logical_anchor_kv_pool_with_sidecars(self):
+        """DeepSeek-V4's form: the KV pool has no bytes (``kv_buffer is None``, marker
+        objects) and the sidecars hold the state."""
+        pool = HostPool("page_first")
+        pool.kv_buffer = None
+        backend = HiCacheBackend(config(self.root), {})
+        self.addCleanup(backend.close)
+        backend.register_mem_pool_host(pool)
+        side = SidecarHostPool("swa")
+        backend.register_mem_host_pool_v2(side, PoolName.DEEPSEEK_V4_C4)
+        keys = [f"a{p:063x}" for p in range(3)]
+        for p in range(3):
+            side.fill(p, seed=p)
+        want = [side.page_bytes(p) for p in range(3)]
+        self.assertEqual(backend.batch_set_v1(keys, tokens(range(3))), [True] * 3)
+        put = PoolTransfer(name=PoolName.DEEPSEEK_V4_C4, host_indices=tokens(range(3)), keys=keys)
+        self.assertEqual(backend.batch_set_v2([put]), {"deepseek_v4_c4": [True] * 3})
+        found = backend.batch_exists_v2(keys, [PoolTransfer(name=PoolName.DEEPSEEK_V4_C4)])
+        self.assertEqual((found.kv_hit_pages, found.restorable_prefix_pages), (3, [1, 2, 3]))
+        get = [
+            PoolTransfer(name=PoolName.KV, host_indices=tokens(range(6, 9)), keys=keys),
+            PoolTransfer(name=PoolName.DEEPSEEK_V4_C4, host_indices=tokens(range(6, 9)), keys=keys),
+        ]
+        self.assertEqual(backend.batch_get_v2(get), {"kv": [True] * 3, "deepseek_v4_c4": [True] * 3})
+        self.assertEqual([side.page_bytes(p) for p in range(6, 9)], want)
+
     def test_pools_without_pointers_are_copied_through_staging(self):
         """A sidecar whose pointers are unavailable (SGLang's Mamba pool outside page_first)
         moves through staging slots with its own flat pages: calls of more pages than the

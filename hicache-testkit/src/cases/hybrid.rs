@@ -9,9 +9,10 @@
 use std::sync::Arc;
 
 use hicache_core::{
-    AttentionKind, BufferLayout, Dtype, Error, ExistsV2, HiCache, HitPolicy, HostPool, HostSlots,
-    Layout, MissReason, MmapPool, PageKey, PoolGeometry, PoolId, PoolName, PoolQuery, PoolTransfer,
-    ReadOutcome, SetOutcome, SidecarGeometry, SidecarPool, Span, StorageIdentity, TransferMode,
+    AnchorPool, AttentionKind, BufferLayout, Dtype, Error, ExistsV2, HiCache, HitPolicy, HostPool,
+    HostSlots, Layout, MissReason, MmapPool, PageKey, PoolGeometry, PoolId, PoolName, PoolQuery,
+    PoolTransfer, ReadOutcome, SetOutcome, SidecarGeometry, SidecarPool, Span, StorageIdentity,
+    TransferMode,
 };
 
 use crate::check::{CaseError, CaseResult};
@@ -176,7 +177,8 @@ fn all(policy: HitPolicy, pool: &PoolName) -> PoolQuery<'_> {
 }
 
 /// KV and three sidecars of different shapes written together and read back byte for byte
-/// into other host pages.
+/// into other host pages; then a sidecar beside a logical anchor KV pool (markers only), as
+/// DeepSeek-V4 keeps them.
 pub async fn hybrid_round_trip_every_sidecar_shape(env: &TrialEnv) -> CaseResult {
     let cache = env.default_connector()?;
     let pool = env.pool(mha(Layout::PageFirst, 16, PAGES))?;
@@ -222,6 +224,35 @@ pub async fn hybrid_round_trip_every_sidecar_shape(env: &TrialEnv) -> CaseResult
         for (i, s) in sides.iter().enumerate() {
             ensure_eq!(s.page(p), side_bytes[i][j], "{} page {j}", s.name());
         }
+    }
+    // DeepSeek-V4's form: a logical anchor KV pool (markers only) with the bytes in sidecars.
+    let anchored = env.connector(StorageIdentity::single("anchored"), &[])?;
+    let report = anchored.register_pool(Arc::new(AnchorPool::new(mha(
+        Layout::PageFirst,
+        16,
+        PAGES,
+    ))?))?;
+    ensure_eq!(report.mode, TransferMode::Anchor);
+    let m = &sides[0];
+    anchored.register_sidecar(m.pool.clone())?;
+    let want: Vec<Vec<u8>> = src.iter().map(|&p| m.fill(p, 500 + p as u32)).collect();
+    let set = anchored
+        .batch_set_v2(&[kv(&ks, &src), m.transfer(&ks, &src)])
+        .await?;
+    ensure!(set.iter().all(|r| all_written(r)), "{set:?}");
+    let found = anchored
+        .batch_exists_v2(&ks, &[all(HitPolicy::AllPages, m.name())])
+        .await?;
+    ensure_eq!((found.kv_hit, found.hit), (4, 4));
+    let got = anchored
+        .batch_get_v2(&[kv(&ks, &dst), m.transfer(&ks, &dst)])
+        .await?;
+    ensure_eq!(
+        (hits(&got[0]), hits(&got[1])),
+        (vec![true; 4], vec![true; 4])
+    );
+    for (j, &p) in dst.iter().enumerate() {
+        ensure_eq!(m.page(p), want[j], "anchored mamba page {j}");
     }
     Ok(())
 }
