@@ -858,6 +858,8 @@ def aligned_zeros(shape, dtype, align=4096):
 
 
 def address(array):
+    if hasattr(array, "data_ptr"):
+        return array.data_ptr()
     return array.__array_interface__["data"][0]
 
 
@@ -887,6 +889,10 @@ class SidecarHostPool:
 
     def get_hybrid_pool_buffer(self):
         return self.buffers
+
+    def _raw(self, i):
+        """Buffer `i`'s bytes as a writable uint8 numpy view."""
+        return self.buffers[i].reshape(-1).view(np.uint8)
 
     def _ranges(self, page):
         """(buffer, byte offset, length) of each pointer of `page`, in SGLang's order."""
@@ -921,19 +927,42 @@ class SidecarHostPool:
     def set_from_flat_data_page(self, index, data):
         flat, at = data.reshape(-1).view(np.uint8), 0
         for i, off, n in self._ranges(index // PAGE):
-            self.buffers[i].reshape(-1).view(np.uint8)[off : off + n] = flat[at : at + n]
+            self._raw(i)[off : off + n] = flat[at : at + n]
             at += n
 
     def fill(self, page, seed):
         for i, off, n in self._ranges(page):
-            raw = self.buffers[i].reshape(-1).view(np.uint8)
+            raw = self._raw(i)
             raw[off : off + n] = (np.arange(n, dtype=np.uint32) * 13 + seed + off).astype(np.uint8)
 
     def page_bytes(self, page):
-        return b"".join(
-            self.buffers[i].reshape(-1).view(np.uint8)[off : off + n].tobytes()
-            for i, off, n in self._ranges(page)
-        )
+        return b"".join(self._raw(i)[off : off + n].tobytes() for i, off, n in self._ranges(page))
+
+
+class TorchSidecarHostPool(SidecarHostPool):
+    """The same sidecar over torch tensors (pinned where CUDA is present), whose flat pages
+    are torch tensors, as SGLang's hybrid host pools hand them out."""
+
+    def __init__(self, kind, pages=PAGES, pointers=True):
+        super().__init__(kind, pages=pages, pointers=pointers)
+        pin = torch.cuda.is_available()
+        dtypes = {np.float32: torch.float32, np.float16: torch.bfloat16, np.uint8: torch.uint8}
+        self.buffers = [
+            torch.zeros(b.shape, dtype=dtypes[b.dtype.type], pin_memory=pin) for b in self.buffers
+        ]
+
+    def _raw(self, i):
+        return self.buffers[i].view(-1).view(torch.uint8).numpy()
+
+    def get_data_page(self, index, flat=True):
+        return torch.from_numpy(super().get_data_page(index, flat)).view(torch.bfloat16)
+
+    def get_dummy_flat_data_page(self):
+        return torch.zeros(len(self.page_bytes(0)) // 2, dtype=torch.bfloat16)
+
+    def set_from_flat_data_page(self, index, data):
+        assert data.dtype == torch.bfloat16, data.dtype
+        super().set_from_flat_data_page(index, data.reshape(-1).view(torch.uint8).numpy())
 
 
 class Hybrid(unittest.TestCase):
@@ -1129,6 +1158,34 @@ class Hybrid(unittest.TestCase):
         )
         self.assertEqual(got, {"kv": [True, False, True], "mamba": [True, False, False]})
 
+    @unittest.skipUnless(REAL_TORCH, "needs torch (the device machine has it; CI does not)")
+    def test_torch_sidecars_in_place_and_copied(self):
+        backend, pool, _ = self.open(kinds=())
+        sides = {
+            PoolName.MAMBA: TorchSidecarHostPool("mamba"),
+            PoolName.SWA: TorchSidecarHostPool("swa"),
+            PoolName.DEEPSEEK_V4_C4: TorchSidecarHostPool("mamba", pointers=False),
+        }
+        for name, side in sides.items():
+            backend.register_mem_host_pool_v2(side, name)
+        keys = [f"tt{p:062x}" for p in range(4)]
+        for p in range(4):
+            fill_page(pool, p, seed=p)
+            for j, side in enumerate(sides.values()):
+                side.fill(p, seed=9 * j + p)
+        want = {n: [s.page_bytes(p) for p in range(4)] for n, s in sides.items()}
+        self.assertEqual(backend.batch_set_v1(keys, tokens(range(4))), [True] * 4)
+        idx = torch.tensor(tokens(range(4)), dtype=torch.int64)
+        put = [PoolTransfer(name=n, host_indices=idx, keys=keys) for n in sides]
+        self.assertEqual(backend.batch_set_v2(put), {str(n.value): [True] * 4 for n in sides})
+        found = backend.batch_exists_v2(keys, [PoolTransfer(name=n) for n in sides])
+        self.assertEqual(found.restorable_prefix_pages, [1, 2, 3, 4])
+        dst = torch.tensor(tokens(range(6, 10)), dtype=torch.int64)
+        get = [PoolTransfer(name=n, host_indices=dst, keys=keys) for n in sides]
+        self.assertEqual(backend.batch_get_v2(get), {str(n.value): [True] * 4 for n in sides})
+        for n, side in sides.items():
+            self.assertEqual([side.page_bytes(p) for p in range(6, 10)], want[n], n)
+
     def test_refusals(self):
         backend, _, _ = self.open(kinds=("swa",))
         with self.assertRaisesRegex(ValueError, "no page pointers .* no get_data_page"):
@@ -1142,6 +1199,25 @@ class Hybrid(unittest.TestCase):
             backend.batch_exists_v2(["a" * 64], [PoolTransfer(name=PoolName.MAMBA)]),
             PoolTransferResult.empty(),
         )
+        native = backend._connector
+        with self.assertRaisesRegex(hicache.HiCacheError, "needs 8192"):
+            native.register_sidecar("swa", [np.zeros(10, np.uint8)], [(4096, [(0, 4096)])],
+                                    page_tokens=1, pages=2, replicated=False, format="x")
+        with self.assertRaisesRegex(hicache.HiCacheError, "1 buffers but 2"):
+            native.register_sidecar("swa", [np.zeros(8192, np.uint8)] * 2, [(4096, [(0, 4096)])],
+                                    page_tokens=1, pages=2, replicated=False, format="x")
+        with self.assertRaisesRegex(hicache.HiCacheError, "overlap"):
+            native.register_sidecar("swa", [np.zeros(8192, np.uint8)], [(4096, [(0, 4097)])],
+                                    page_tokens=1, pages=2, replicated=False, format="x")
+        with self.assertRaisesRegex(hicache.HiCacheError, "pool name"):
+            native.register_sidecar("../x", [np.zeros(8192, np.uint8)], [(4096, [(0, 4096)])],
+                                    page_tokens=1, pages=2, replicated=False, format="x")
+        with self.assertRaisesRegex(hicache.HiCacheError, "hit policy"):
+            native.batch_exists_v2(["a" * 64], [("swa", "sideways", 0)])
+        with self.assertRaisesRegex(hicache.HiCacheError, "at least 1"):
+            native.batch_exists_v2(["a" * 64], [("swa", "trailing_pages", 0)])
+        with self.assertRaisesRegex(hicache.HiCacheError, "host token indices"):
+            native.batch_set_v2([("swa", ["a" * 64, "b" * 64], [0, 1, 2])])
         with self.assertRaisesRegex(ValueError, "block_groups"):
             backend.batch_exists_v2(["a" * 64], [PoolTransfer(name=PoolName.SWA, hit_policy=PoolHitPolicy.BLOCK_GROUPS)])
         with self.assertRaisesRegex(hicache.HiCacheError, "mamba"):
