@@ -237,17 +237,11 @@ impl Namespace {
             canon.push_str(&v.to_string());
             canon.push('\n');
         };
-        field("model", &identity.model);
-        let replicated = geometry.attention().is_rank_replicated();
-        if !replicated {
-            field("tp_rank", &identity.tp_rank);
-            field("tp_size", &identity.tp_size);
-        }
-        field("rank_replicated", &replicated);
-        field("pp_rank", &identity.pp_rank);
-        field("pp_size", &identity.pp_size);
-        field("cp_rank", &identity.cp_rank);
-        field("cp_size", &identity.cp_size);
+        identity_fields(
+            &mut field,
+            identity,
+            geometry.attention().is_rank_replicated(),
+        );
         field("dtype", &geometry.dtype());
         field("layout", &geometry.layout());
         field("page_tokens", &geometry.page_tokens());
@@ -279,17 +273,7 @@ impl Namespace {
             canon.push('\n');
         };
         field("pool", pool);
-        field("model", &identity.model);
-        let replicated = geometry.rank_replicated();
-        if !replicated {
-            field("tp_rank", &identity.tp_rank);
-            field("tp_size", &identity.tp_size);
-        }
-        field("rank_replicated", &replicated);
-        field("pp_rank", &identity.pp_rank);
-        field("pp_size", &identity.pp_size);
-        field("cp_rank", &identity.cp_rank);
-        field("cp_size", &identity.cp_size);
+        identity_fields(&mut field, identity, geometry.rank_replicated());
         field("page_tokens", &geometry.page_tokens());
         for (i, b) in geometry.buffers().iter().enumerate() {
             let lens: Vec<String> = b.spans().iter().map(|s| s.len.to_string()).collect();
@@ -328,6 +312,25 @@ impl fmt::Debug for Namespace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Namespace({})", self.short_hex())
     }
+}
+
+/// The identity's part of a namespace: model, TP position (left out when every TP rank
+/// holds the same bytes), whether it is replicated, PP and CP positions.
+fn identity_fields(
+    field: &mut impl FnMut(&str, &dyn fmt::Display),
+    identity: &StorageIdentity,
+    replicated: bool,
+) {
+    field("model", &identity.model);
+    if !replicated {
+        field("tp_rank", &identity.tp_rank);
+        field("tp_size", &identity.tp_size);
+    }
+    field("rank_replicated", &replicated);
+    field("pp_rank", &identity.pp_rank);
+    field("pp_size", &identity.pp_size);
+    field("cp_rank", &identity.cp_rank);
+    field("cp_size", &identity.cp_size);
 }
 
 /// How object names are formed.

@@ -345,6 +345,56 @@ impl CheckedTransfer {
     }
 }
 
+impl Connector {
+    /// Runs one v2 call: pages whose keys are invalid fail without I/O.
+    fn transfer_v2(
+        &self,
+        py: Python<'_>,
+        transfers: Vec<PyTransfer>,
+        write: bool,
+    ) -> PyResult<Vec<Outcomes>> {
+        let checked = transfers
+            .into_iter()
+            .map(check_transfer)
+            .collect::<PyResult<Vec<_>>>()?;
+        let calls: Vec<PoolTransfer<'_>> = checked.iter().map(CheckedTransfer::transfer).collect();
+        let rows: Vec<Vec<Result<bool, String>>> = py
+            .detach(|| -> hicache::Result<_> {
+                Ok(if write {
+                    self.cache
+                        .batch_set_v2(&calls)?
+                        .into_iter()
+                        .map(|row| {
+                            row.into_iter()
+                                .map(|r| r.map(|_| true).map_err(|e| e.to_string()))
+                                .collect()
+                        })
+                        .collect()
+                } else {
+                    self.cache
+                        .batch_get_v2(&calls)?
+                        .into_iter()
+                        .map(|row| {
+                            row.into_iter()
+                                .map(|r| match r {
+                                    Some(Ok(ReadOutcome::Hit)) => Ok(true),
+                                    Some(Ok(ReadOutcome::Miss(_))) | None => Ok(false),
+                                    Some(Err(e)) => Err(e.to_string()),
+                                })
+                                .collect()
+                        })
+                        .collect()
+                })
+            })
+            .map_err(to_py)?;
+        Ok(checked
+            .iter()
+            .zip(rows)
+            .map(|(t, row)| t.outcomes(row))
+            .collect())
+    }
+}
+
 #[pymethods]
 impl Connector {
     /// Opens the connector of one rank: `extra_config` is SGLang's extra config as JSON (or
@@ -622,54 +672,14 @@ impl Connector {
     /// Writes each `(pool, keys, tokens)` transfer (`kv` names the KV pool): per transfer,
     /// one `True` per stored page and `(index, message)` per failed page.
     fn batch_set_v2(&self, py: Python<'_>, transfers: Vec<PyTransfer>) -> PyResult<Vec<Outcomes>> {
-        let checked = transfers
-            .into_iter()
-            .map(check_transfer)
-            .collect::<PyResult<Vec<_>>>()?;
-        let calls: Vec<PoolTransfer<'_>> = checked.iter().map(CheckedTransfer::transfer).collect();
-        let results = py
-            .detach(|| self.cache.batch_set_v2(&calls))
-            .map_err(to_py)?;
-        Ok(checked
-            .iter()
-            .zip(results)
-            .map(|(t, row)| {
-                t.outcomes(
-                    row.into_iter()
-                        .map(|r| r.map(|_| true).map_err(|e| e.to_string()))
-                        .collect(),
-                )
-            })
-            .collect())
+        self.transfer_v2(py, transfers, true)
     }
 
     /// Reads each `(pool, keys, tokens)` transfer: per transfer, `True` per verified hit
     /// (`False` for a miss, or for a sidecar page not read because the same call's KV read
     /// did not restore its key) and `(index, message)` per failed page.
     fn batch_get_v2(&self, py: Python<'_>, transfers: Vec<PyTransfer>) -> PyResult<Vec<Outcomes>> {
-        let checked = transfers
-            .into_iter()
-            .map(check_transfer)
-            .collect::<PyResult<Vec<_>>>()?;
-        let calls: Vec<PoolTransfer<'_>> = checked.iter().map(CheckedTransfer::transfer).collect();
-        let results = py
-            .detach(|| self.cache.batch_get_v2(&calls))
-            .map_err(to_py)?;
-        Ok(checked
-            .iter()
-            .zip(results)
-            .map(|(t, row)| {
-                t.outcomes(
-                    row.into_iter()
-                        .map(|r| match r {
-                            Some(Ok(ReadOutcome::Hit)) => Ok(true),
-                            Some(Ok(ReadOutcome::Miss(_))) | None => Ok(false),
-                            Some(Err(e)) => Err(e.to_string()),
-                        })
-                        .collect(),
-                )
-            })
-            .collect())
+        self.transfer_v2(py, transfers, false)
     }
 
     /// Removes pages (every object of each); a missing page is not an error.

@@ -79,7 +79,12 @@ pub fn choose_mode(
     config: &Config,
 ) -> (TransferMode, String) {
     let rule = ModeRule::of(config, info);
-    match decide_mode(geometry, base, &info.capability, rule) {
+    bounce_if_asked(decide_mode(geometry, base, &info.capability, rule), config)
+}
+
+/// `decided`, turned into bounce when the config says `transfer_mode = bounce`.
+fn bounce_if_asked(decided: (TransferMode, String), config: &Config) -> (TransferMode, String) {
+    match decided {
         (TransferMode::ZeroCopy, _) if config.transfer_mode.value == TransferChoice::Bounce => (
             TransferMode::Bounce,
             format!(
@@ -229,14 +234,5 @@ pub(super) fn choose_sidecar_mode(
             format!("direct I/O is off; {spans} span(s) per page move in place"),
         )
     };
-    match decided {
-        (TransferMode::ZeroCopy, _) if config.transfer_mode.value == TransferChoice::Bounce => (
-            TransferMode::Bounce,
-            format!(
-                "transfer_mode = bounce (from {})",
-                config.transfer_mode.source
-            ),
-        ),
-        decided => decided,
-    }
+    bounce_if_asked(decided, config)
 }
