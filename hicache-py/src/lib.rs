@@ -86,6 +86,19 @@ fn check_keys(keys: Vec<String>) -> Checked {
     out
 }
 
+/// The keys before the first invalid one (an existence check ends there).
+fn leading_valid(keys: Vec<String>) -> Vec<PageKey> {
+    let mut checked = check_keys(keys);
+    let leading = checked
+        .at
+        .iter()
+        .enumerate()
+        .take_while(|(j, i)| j == *i)
+        .count();
+    checked.keys.truncate(leading);
+    checked.keys
+}
+
 /// Where a Python buffer's bytes are: a torch tensor (`data_ptr`, `numel`, `element_size`)
 /// or anything with the numpy array interface. It must be C-contiguous, writable host memory.
 fn host_buffer(owner: &Bound<'_, PyAny>) -> PyResult<(usize, u64)> {
@@ -528,15 +541,8 @@ impl Connector {
 
     /// How many of `keys`, from the first, are stored (a key that is not valid ends the run).
     fn batch_exists(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<usize> {
-        let checked = check_keys(keys);
-        let leading = checked
-            .at
-            .iter()
-            .enumerate()
-            .take_while(|(j, i)| j == *i)
-            .count();
-        let keys = &checked.keys[..leading];
-        py.detach(|| self.cache.batch_exists(keys)).map_err(to_py)
+        let keys = leading_valid(keys);
+        py.detach(|| self.cache.batch_exists(&keys)).map_err(to_py)
     }
 
     /// Writes pages from host token slots (`page_tokens` contiguous slots per key): one
@@ -631,14 +637,7 @@ impl Connector {
         keys: Vec<String>,
         pools: Vec<(String, String, usize)>,
     ) -> PyResult<(usize, Vec<(String, usize)>, Vec<usize>, usize)> {
-        let checked = check_keys(keys);
-        let leading = checked
-            .at
-            .iter()
-            .enumerate()
-            .take_while(|(j, i)| j == *i)
-            .count();
-        let keys = &checked.keys[..leading];
+        let keys = leading_valid(keys);
         let mut names = Vec::with_capacity(pools.len());
         let mut policies = Vec::with_capacity(pools.len());
         for (name, policy, window) in pools {
@@ -659,7 +658,7 @@ impl Connector {
             .map(|(pool, policy)| PoolQuery { pool, policy })
             .collect();
         let found = py
-            .detach(|| self.cache.batch_exists_v2(keys, &queries))
+            .detach(|| self.cache.batch_exists_v2(&keys, &queries))
             .map_err(to_py)?;
         let hits = found
             .pool_hits
