@@ -47,9 +47,9 @@ pub use key::{NamingScheme, PageKey, StorageIdentity};
 pub use memory::{MemKind, MemoryOwner, MemoryRegion, SHM_DIR, SharedFile};
 pub use memory_backend::MemoryBackend;
 pub use pool::{
-    AnchorPool, AttentionKind, BufferLayout, Dtype, HostPool, Layout, MAX_POOL_NAME_LEN, MmapPool,
-    PageSpans, PoolGeometry, PoolName, RegionPool, SidecarGeometry, SidecarPool, Span, gather_page,
-    scatter_page,
+    AnchorPool, AttentionKind, BufferLayout, Dtype, HostPool, Layout, MAX_POOL_NAME_LEN,
+    MAX_SIDECAR_SPANS, MmapPool, PageSpans, PoolGeometry, PoolName, RegionPool, SidecarGeometry,
+    SidecarPool, Span, gather_page, scatter_page,
 };
 pub use pool_builder::PoolGeometryBuilder;
 pub use probe::{Fact, FactValue, Verdict};

@@ -29,7 +29,9 @@ mod sidecar;
 pub use copy::{gather_page, scatter_page};
 pub use geometry::{AttentionKind, Dtype, Layout, PageSpans, PoolGeometry, Span};
 pub use mmap::MmapPool;
-pub use sidecar::{BufferLayout, MAX_POOL_NAME_LEN, PoolName, SidecarGeometry, SidecarPool};
+pub use sidecar::{
+    BufferLayout, MAX_POOL_NAME_LEN, MAX_SIDECAR_SPANS, PoolName, SidecarGeometry, SidecarPool,
+};
 
 use std::fmt;
 

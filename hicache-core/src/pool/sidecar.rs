@@ -21,6 +21,10 @@ use crate::memory::MemoryRegion;
 /// Longest pool name accepted, in bytes.
 pub const MAX_POOL_NAME_LEN: usize = 48;
 
+/// Most spans a sidecar page may have, over all its buffers (a layer-first K/V pool of 1024
+/// layers has 2048).
+pub const MAX_SIDECAR_SPANS: usize = 4096;
+
 /// The name of a sidecar pool (SGLang's `PoolName` values: `mamba`, `swa`, `indexer`,
 /// `deepseek_v4_c4`, …): 1 to 48 bytes of lowercase ASCII letters, digits and `_`, starting
 /// with a letter. `kv` is the KV pool's name and is not a sidecar.
@@ -226,6 +230,12 @@ impl SidecarGeometry {
         }
         if buffers.is_empty() {
             return invalid("a sidecar pool needs at least one buffer".into());
+        }
+        let spans: usize = buffers.iter().map(|b| b.spans.len()).sum();
+        if spans > MAX_SIDECAR_SPANS {
+            return invalid(format!(
+                "a sidecar page of {spans} spans is more than the {MAX_SIDECAR_SPANS} accepted"
+            ));
         }
         if format.len() > 1024 || format.chars().any(char::is_control) {
             return invalid(
@@ -448,6 +458,12 @@ mod tests {
         assert!(BufferLayout::new(0, vec![span(0, 8)]).is_err());
         assert!(g(u64::MAX / 2, vec![span(0, 8)], 4).is_err());
         assert!(g(8, vec![span(u64::MAX - 4, 8)], 1).is_err());
+        // Too many spans to check pairwise.
+        let many: Vec<Span> = (0..=MAX_SIDECAR_SPANS as u64)
+            .map(|i| span(i * 8, 8))
+            .collect();
+        let e = g(1 << 20, many, 1).unwrap_err();
+        assert!(e.to_string().contains("4097 spans"), "{e}");
     }
 
     #[test]
