@@ -272,7 +272,7 @@ pub async fn hybrid_exists_finds_what_transfers_wrote(env: &TrialEnv) -> CaseRes
         let m = mamba(env, PAGES, "mamba f32")?;
         let w = swa(env, PAGES)?;
         let mode = cache.register_sidecar(m.pool.clone())?.mode;
-        cache.register_sidecar(w.pool.clone())?;
+        let swa_mode = cache.register_sidecar(w.pool.clone())?.mode;
         let ks = keys(&format!("ex{naming}"), 5);
         let src = [0, 1, 2];
         for p in src {
@@ -292,13 +292,32 @@ pub async fn hybrid_exists_finds_what_transfers_wrote(env: &TrialEnv) -> CaseRes
             "{naming}: {written:?}"
         );
         let names = cache.sidecar_object_names(m.name(), &ks[1])?;
-        if naming == "sglang" && mode == TransferMode::ZeroCopy {
-            let want: Vec<String> = ["_temporal", "_conv_0", "_conv_1"]
-                .iter()
-                .map(|t| format!("{}_m_0_1_mamba{t}", ks[1]))
-                .collect();
-            let got: Vec<String> = names.iter().map(|n| n.as_str().to_string()).collect();
-            ensure_eq!(got, want, "SGLang's Mamba component names");
+        if naming == "sglang" {
+            let text = |pool: &PoolName| -> Result<Vec<String>, CaseError> {
+                Ok(cache
+                    .sidecar_object_names(pool, &ks[1])?
+                    .iter()
+                    .map(|n| n.as_str().to_string())
+                    .collect())
+            };
+            let named = |tags: &[&str], pool: &str| -> Vec<String> {
+                tags.iter()
+                    .map(|t| format!("{}_m_0_1_{pool}{t}", ks[1]))
+                    .collect()
+            };
+            // SGLang names a page per span in zero-copy and as one object otherwise.
+            let tags = |mode, zero_copy: &'static [&'static str]| match mode {
+                TransferMode::ZeroCopy => zero_copy,
+                _ => &[""],
+            };
+            let mamba_tags = tags(mode, &["_temporal", "_conv_0", "_conv_1"]);
+            let swa_tags = tags(swa_mode, &["_k", "_v"]);
+            ensure_eq!(text(m.name())?, named(mamba_tags, "mamba"), "Mamba's names");
+            ensure_eq!(text(w.name())?, named(swa_tags, "swa"), "SWA's names");
+            // One span a page: one object, the pool's name alone (replicated: no TP rank).
+            let ix = indexer(env, PAGES)?;
+            cache.register_sidecar(ix.pool.clone())?;
+            ensure_eq!(text(ix.name())?, vec![format!("{}_m_indexer", ks[1])]);
         }
         let queries = [
             all(HitPolicy::AllPages, m.name()),
@@ -629,6 +648,15 @@ pub async fn hybrid_bad_calls_are_refused_before_io(env: &TrialEnv) -> CaseResul
         refused[0].as_ref().unwrap().to_string().contains("ghost"),
         "the error names the pool: {:?}",
         refused[0]
+    );
+    ensure!(
+        refused[2]
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("pool indexer: host page"),
+        "the error names the pool and the page: {:?}",
+        refused[2]
     );
     ensure_eq!(
         cache.batch_exists(&ks).await?,
