@@ -13,20 +13,23 @@ use serde_json::{Value, json};
 
 use crate::{cargo, root, step};
 
-/// The modules mutated by default: keys and their hash, routing, the envelope, pool geometry
-/// and copies, the connector (every file of it) and its blocking face.
-pub(crate) const FILES: [&str; 12] = [
+/// The modules mutated by default: keys and their hash, routing, the envelope, pool geometry,
+/// sidecar geometry and copies, the connector (every file of it) and its blocking face.
+pub(crate) const FILES: [&str; 15] = [
     "hicache-core/src/key.rs",
     "hicache-core/src/hash.rs",
     "hicache-core/src/routing.rs",
     "hicache-core/src/envelope.rs",
     "hicache-core/src/pool/geometry.rs",
+    "hicache-core/src/pool/sidecar.rs",
     "hicache-core/src/pool/copy.rs",
     "hicache-core/src/connector/mod.rs",
     "hicache-core/src/connector/options.rs",
     "hicache-core/src/connector/mode.rs",
     "hicache-core/src/connector/io.rs",
     "hicache-core/src/connector/plan.rs",
+    "hicache-core/src/connector/shape.rs",
+    "hicache-core/src/connector/v2.rs",
     "hicache-core/src/blocking.rs",
 ];
 

@@ -178,4 +178,32 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn flat_pages_of_the_wrong_length_are_refused() {
+        let g = PoolGeometry::new(
+            AttentionKind::Mla { kv_cache_dim: 8 },
+            1,
+            Dtype::Int8,
+            2,
+            Layout::PageFirst,
+            2,
+        )
+        .unwrap();
+        let shape = PageShape::of_kv(&g).unwrap();
+        let region = crate::memory::MemoryRegion::from_aligned(
+            crate::memory::AlignedBuf::zeroed(32, 8).unwrap(),
+        );
+        let memory = [region];
+        let flat = [7u8; 16];
+        shape.scatter(&memory, 1, &flat).unwrap();
+        let mut back = [0u8; 16];
+        shape.gather(&memory, 1, &mut back).unwrap();
+        assert_eq!(back, flat);
+        for len in [15, 17] {
+            let mut wrong = vec![0u8; len];
+            assert!(shape.gather(&memory, 0, &mut wrong).is_err());
+            assert!(shape.scatter(&memory, 0, &wrong).is_err());
+        }
+    }
 }

@@ -424,6 +424,11 @@ mod tests {
                 .to_string()
                 .contains("register_pool")
         );
+        let name: PoolName = "swa".parse().unwrap();
+        assert_eq!(
+            (format!("{name}"), format!("{name:?}")),
+            ("swa".into(), "\"swa\"".into())
+        );
     }
 
     #[test]

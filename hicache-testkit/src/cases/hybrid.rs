@@ -257,6 +257,72 @@ pub async fn hybrid_round_trip_every_sidecar_shape(env: &TrialEnv) -> CaseResult
     Ok(())
 }
 
+/// A sidecar moves in place exactly when every buffer base, page stride, span offset and
+/// span length is a multiple of the backend's direct-I/O alignment (1 without direct I/O);
+/// otherwise through bounce slots. Pages come back
+/// byte for byte either way, addressed by token indices.
+pub async fn hybrid_aligned_sidecars_move_in_place(env: &TrialEnv) -> CaseResult {
+    let cache = env.default_connector()?;
+    cache.register_pool(env.pool(mha(Layout::PageFirst, 16, PAGES))?)?;
+    let span = |offset, len| Span { offset, len };
+    // (name, stride, span): aligned; a stride of 4608; an offset of 512; a length of 4000.
+    let shapes = [
+        ("aligned", 8192, span(0, 4096)),
+        ("stride_4608", 4608, span(0, 4096)),
+        ("offset_512", 8192, span(512, 4096)),
+        ("length_4000", 8192, span(0, 4000)),
+    ];
+    let ks = keys("al", 3);
+    let tokens: Vec<u64> = (0..3 * 16).collect();
+    let back: Vec<u64> = (5 * 16..8 * 16).collect();
+    for (name, stride, sp) in shapes {
+        let side = side(
+            env,
+            name,
+            PAGES,
+            vec![BufferLayout::new(stride, vec![sp])?],
+            false,
+            name,
+        )?;
+        let report = cache.register_sidecar(side.pool.clone())?;
+        let align = report.io_alignment.max(1);
+        let base = side.pool.memory()[0].addr() as u64;
+        // One span and the header: two segments, which every backend takes.
+        let fits = [base, stride, sp.offset, sp.len]
+            .iter()
+            .all(|v| v.is_multiple_of(align));
+        let want = if fits {
+            TransferMode::ZeroCopy
+        } else {
+            TransferMode::Bounce
+        };
+        ensure_eq!(
+            report.mode,
+            want,
+            "{name} at alignment {align}: {}",
+            report.reason
+        );
+        let flat: Vec<Vec<u8>> = (0..3).map(|p| side.fill(p, 7 * p as u32 + 1)).collect();
+        let put = PoolTransfer {
+            pool: PoolId::Sidecar(side.name()),
+            keys: &ks,
+            slots: HostSlots::Tokens(&tokens),
+        };
+        let set = cache.batch_set_v2(&[put]).await?;
+        ensure!(all_written(&set[0]), "{name}: {:?}", set[0]);
+        let get = PoolTransfer {
+            slots: HostSlots::Tokens(&back),
+            ..put
+        };
+        let got = cache.batch_get_v2(&[get]).await?;
+        ensure_eq!(hits(&got[0]), vec![true; 3], "{name}");
+        for p in 0..3 {
+            ensure_eq!(side.page(5 + p), flat[p as usize], "{name} page {p}");
+        }
+    }
+    Ok(())
+}
+
 /// Existence checks name a sidecar's objects exactly as its transfers do (SGLang's NIXL
 /// backend derives them two ways, so Mamba, SWA and layer-first pools are written but never
 /// found): under hicache and SGLang naming, multi-span pools are found once written and
@@ -488,8 +554,8 @@ pub async fn hybrid_trailing_pages_restorable_prefix(env: &TrialEnv) -> CaseResu
     Ok(())
 }
 
-/// A sidecar registered with another geometry or format never reads the stored pages as
-/// its own: its existence finds nothing and its reads miss.
+/// A sidecar registered with another page size, format or span layout never reads the
+/// stored pages as its own: its existence finds nothing and its reads miss.
 pub async fn hybrid_sidecar_geometry_mismatch_misses(env: &TrialEnv) -> CaseResult {
     let writer = env.default_connector()?;
     let pool = env.pool(mha(Layout::PageFirst, 16, PAGES))?;
@@ -507,7 +573,15 @@ pub async fn hybrid_sidecar_geometry_mismatch_misses(env: &TrialEnv) -> CaseResu
         .await?;
     ensure!(set.iter().all(|r| all_written(r)), "{set:?}");
     let span = |offset, len| Span { offset, len };
+    let mut other_page_size = mamba(env, PAGES, "mamba f32")?;
+    let g = other_page_size.pool.geometry();
+    other_page_size.pool = SidecarPool::new(
+        PoolName::new("mamba")?,
+        SidecarGeometry::new(8, PAGES, g.buffers().to_vec(), false, "mamba f32")?,
+        other_page_size.pool.memory().to_vec(),
+    )?;
     let others = [
+        other_page_size,
         mamba(env, PAGES, "mamba bf16")?,
         side(
             env,

@@ -106,6 +106,7 @@ pub const ALL: &[Case] = cases![
     connector::connector_reregister_pool => catches(&[ReadsDeliverNothing, TornWrites]),
     connector::connector_small_staging_chunks => catches(&[CrossTalk, TornWrites]),
     hybrid::hybrid_round_trip_every_sidecar_shape => catches(&[ReadsDeliverNothing, TornWrites]),
+    hybrid::hybrid_aligned_sidecars_move_in_place => catches(&[InfoLies, ReadsDeliverNothing]),
     hybrid::hybrid_exists_finds_what_transfers_wrote => catches(&[RemoveDoesNothing, ExistsAlwaysTrue]),
     hybrid::hybrid_partial_sidecar_hits => catches(&[ExistsAlwaysTrue, MissIsError]),
     hybrid::hybrid_trailing_pages_restorable_prefix => catches(&[ExistsAlwaysTrue, ReadsDeliverNothing]),
