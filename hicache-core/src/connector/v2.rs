@@ -5,7 +5,8 @@
 //! decides once, at registration, which objects make up one of its pages (its `parts`), and
 //! existence checks, writes and reads all name objects through that one decision: SGLang's
 //! NIXL backend derives the objects per page one way for existence and another for
-//! transfers, so pools it writes can never be found.
+//! transfers, and where the two disagree (conv-only Mamba, layer-first and K/V pools) the
+//! pages it writes are never found.
 
 use std::collections::HashSet;
 use std::sync::Arc;

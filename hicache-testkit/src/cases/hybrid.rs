@@ -324,9 +324,9 @@ pub async fn hybrid_aligned_sidecars_move_in_place(env: &TrialEnv) -> CaseResult
 }
 
 /// Existence checks name a sidecar's objects exactly as its transfers do (SGLang's NIXL
-/// backend derives them two ways, so Mamba, SWA and layer-first pools are written but never
-/// found): under hicache and SGLang naming, multi-span pools are found once written and
-/// lost when any one of their objects is removed.
+/// backend derives them two ways, so conv-only Mamba, layer-first and K/V pools are written
+/// but never found): under hicache and SGLang naming, multi-span pools are found once
+/// written and lost when any one of their objects is removed.
 pub async fn hybrid_exists_finds_what_transfers_wrote(env: &TrialEnv) -> CaseResult {
     for (naming, format) in [("hicache", "envelope"), ("sglang", "raw")] {
         let cache = env.connector(
