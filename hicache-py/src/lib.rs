@@ -99,6 +99,58 @@ fn leading_valid(keys: Vec<String>) -> Vec<PageKey> {
     checked.keys
 }
 
+/// Host token slots as Python gives them: a list of ints, or a 1-D C-contiguous int64 array
+/// (numpy, or the `.numpy()` view of a CPU torch tensor), read in one copy instead of one
+/// conversion per index. 8192 indices, release build: 19 µs as an array, 69 µs as a list
+/// (plus 71 µs for the caller's `tolist()`).
+struct Tokens(Vec<u64>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Tokens {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        match int64_array(&obj)? {
+            Some(tokens) => Ok(Tokens(tokens)),
+            None => Ok(Tokens(obj.extract::<Vec<u64>>()?)),
+        }
+    }
+}
+
+/// The values of a 1-D C-contiguous little-endian int64 array (numpy's array interface), or
+/// `None` for anything else (taken then as a sequence of ints). Negative values are refused.
+fn int64_array(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u64>>> {
+    let Ok(iface) = obj.getattr("__array_interface__") else {
+        return Ok(None);
+    };
+    let typestr: String = iface.get_item("typestr")?.extract()?;
+    let shape: Vec<usize> = iface.get_item("shape")?.extract()?;
+    let strides = iface.get_item("strides")?;
+    let contiguous = strides.is_none() || strides.extract::<Vec<isize>>()? == [8];
+    if typestr != "<i8" || shape.len() != 1 || !contiguous {
+        return Ok(None);
+    }
+    let (ptr, _readonly): (usize, bool) = iface.get_item("data")?.extract()?;
+    let n = shape[0];
+    if n == 0 {
+        return Ok(Some(Vec::new()));
+    }
+    if ptr == 0 || !ptr.is_multiple_of(std::mem::align_of::<i64>()) {
+        return Ok(None);
+    }
+    // SAFETY: the array interface says `ptr` holds `n` contiguous, aligned, little-endian
+    // int64 values (checked above) in memory the array owns; `obj` keeps the array alive for
+    // this borrow, and the GIL is held, so no Python code resizes or frees it while the
+    // values are copied out.
+    let values = unsafe { std::slice::from_raw_parts(ptr as *const i64, n) };
+    values
+        .iter()
+        .map(|&v| {
+            u64::try_from(v).map_err(|_| invalid(format!("host token index {v} is negative")))
+        })
+        .collect::<PyResult<Vec<u64>>>()
+        .map(Some)
+}
+
 /// Where a Python buffer's bytes are: a torch tensor (`data_ptr`, `numel`, `element_size`)
 /// or anything with the numpy array interface. It must be C-contiguous, writable host memory.
 fn host_buffer(owner: &Bound<'_, PyAny>) -> PyResult<(usize, u64)> {
@@ -295,7 +347,7 @@ impl Connector {
 
 /// One v2 transfer as Python gives it: pool name (`kv` for the KV pool), keys, and host
 /// token slots (the pool's page size of them per key).
-type PyTransfer = (String, Vec<String>, Vec<u64>);
+type PyTransfer = (String, Vec<String>, Tokens);
 
 /// A v2 transfer with its keys checked: the valid keys, their positions, and the tokens of
 /// those keys.
@@ -306,7 +358,7 @@ struct CheckedTransfer {
     n: usize,
 }
 
-fn check_transfer((pool, keys, tokens): PyTransfer) -> PyResult<CheckedTransfer> {
+fn check_transfer((pool, keys, Tokens(tokens)): PyTransfer) -> PyResult<CheckedTransfer> {
     let pool = match pool.as_str() {
         PoolName::KV => None,
         name => Some(PoolName::new(name).map_err(to_py)?),
@@ -547,14 +599,14 @@ impl Connector {
 
     /// Writes pages from host token slots (`page_tokens` contiguous slots per key): one
     /// `True` per stored page, and `(index, message)` for each page that failed.
-    fn batch_set(&self, py: Python<'_>, keys: Vec<String>, tokens: Vec<u64>) -> PyResult<Outcomes> {
-        self.transfer(py, keys, tokens, true)
+    fn batch_set(&self, py: Python<'_>, keys: Vec<String>, tokens: Tokens) -> PyResult<Outcomes> {
+        self.transfer(py, keys, tokens.0, true)
     }
 
     /// Reads pages into host token slots: `True` per verified hit (a miss is `False` with no
     /// message), and `(index, message)` for each page that failed.
-    fn batch_get(&self, py: Python<'_>, keys: Vec<String>, tokens: Vec<u64>) -> PyResult<Outcomes> {
-        self.transfer(py, keys, tokens, false)
+    fn batch_get(&self, py: Python<'_>, keys: Vec<String>, tokens: Tokens) -> PyResult<Outcomes> {
+        self.transfer(py, keys, tokens.0, false)
     }
 
     /// Registers the sidecar pool `name` (SGLang's hybrid pools: `mamba`, `swa`, `indexer`,

@@ -824,6 +824,32 @@ class Refusals(unittest.TestCase):
                 layout="page_first", pages=1, kv_heads=1, head_dim=8,
             )
 
+    def test_token_slots_in_every_form(self):
+        """Host indices as an int64 array (read in one copy), a list, another dtype, a strided
+        view or a big-endian array (each taken as a sequence): the same pages either way; a
+        negative index is refused."""
+        pool = HostPool("page_first")
+        backend = HiCacheBackend(config(self.root), {})
+        self.addCleanup(backend.close)
+        backend.register_mem_pool_host(pool)
+        fill_page(pool, 0, seed=3)
+        native = backend._connector
+        want = tokens([0])
+        forms = [
+            want,
+            want.tolist(),
+            want.astype(np.int32),
+            np.repeat(want, 2)[::2],
+            want.astype(">i8"),
+        ]
+        for i, form in enumerate(forms):
+            done, errors = native.batch_set([f"form{i}"], form)
+            self.assertEqual((done, errors), ([True], []), i)
+        for bad in (np.array([-4, 0, 1, 2], dtype=np.int64), [-4, 0, 1, 2]):
+            with self.assertRaises((hicache.HiCacheError, OverflowError)):
+                native.batch_set(["neg"], bad)
+        self.assertEqual(native.batch_set([], np.array([], dtype=np.int64)), ([], []))
+
     def test_bad_calls(self):
         pool = HostPool("page_first")
         backend = HiCacheBackend(config(self.root), {})

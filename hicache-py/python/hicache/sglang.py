@@ -299,7 +299,7 @@ class HiCacheBackend(HiCacheStorage):
                 results[name] = [False] * len(keys)
                 continue
             indices = t.host_indices
-            tokens = indices.tolist() if hasattr(indices, "tolist") else list(indices)
+            tokens = _token_slots(indices)
             copy = self._copies.get(name)
             (direct if copy is None else copied).append((name, keys, tokens, copy))
         if direct:
@@ -358,7 +358,7 @@ class HiCacheBackend(HiCacheStorage):
 
     def _transfer(self, keys: List[str], host_indices, write: bool) -> List[bool]:
         keys = list(keys)
-        tokens = host_indices.tolist() if hasattr(host_indices, "tolist") else list(host_indices)
+        tokens = _token_slots(host_indices)
         started = time.perf_counter()
         call = self._connector.batch_set if write else self._connector.batch_get
         done, errors = call(keys, tokens)
@@ -441,6 +441,20 @@ class HiCacheBackend(HiCacheStorage):
 
     def close(self) -> None:
         self._connector.close()
+
+
+def _token_slots(indices):
+    """Host token indices for the native calls: an int64 numpy array where one can be had
+    without copying (a CPU torch tensor's ``.numpy()`` view, a numpy array), which the
+    binding reads in one copy; otherwise a list."""
+    if hasattr(indices, "numpy") and not hasattr(indices, "__array_interface__"):
+        try:
+            indices = indices.numpy()
+        except (RuntimeError, TypeError):  # a tensor numpy cannot view (on a GPU, say)
+            return indices.tolist()
+    if hasattr(indices, "__array_interface__"):
+        return indices
+    return indices.tolist() if hasattr(indices, "tolist") else list(indices)
 
 
 def _pool_name(name) -> str:
