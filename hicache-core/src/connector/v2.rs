@@ -331,6 +331,12 @@ impl HiCache {
             let wanted: Vec<usize> = (0..t.keys.len())
                 .filter(|&j| restored.as_ref().is_none_or(|r| r.contains(&t.keys[j])))
                 .collect();
+            if wanted.len() == t.keys.len() {
+                // Every page is read: no copy of the keys.
+                let results = self.get_pages(state, t.keys, pages).await;
+                out[i] = results.into_iter().map(Some).collect();
+                continue;
+            }
             let keys: Vec<PageKey> = wanted.iter().map(|&j| t.keys[j].clone()).collect();
             let hosts: Vec<u64> = wanted.iter().map(|&j| pages[j]).collect();
             let mut results = self.get_pages(state, &keys, &hosts).await.into_iter();

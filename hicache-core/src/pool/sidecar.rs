@@ -309,10 +309,10 @@ impl SidecarGeometry {
         self.buffers.iter().map(|b| b.spans.len() as u64).sum()
     }
 
-    /// Bytes buffer `i` must hold.
-    pub fn buffer_bytes(&self, i: usize) -> u64 {
-        // Validated in `new`: no overflow.
-        self.buffers[i].bytes_for(self.pages).unwrap_or(u64::MAX)
+    /// Bytes buffer `i` must hold (`None`: the pool has no buffer `i`).
+    pub fn buffer_bytes(&self, i: usize) -> Option<u64> {
+        // Validated in `new`: no overflow for a buffer that exists.
+        self.buffers.get(i)?.bytes_for(self.pages)
     }
 }
 
@@ -342,7 +342,7 @@ impl SidecarPool {
             });
         }
         for (i, m) in memory.iter().enumerate() {
-            let need = geometry.buffer_bytes(i);
+            let need = geometry.buffer_bytes(i).unwrap_or(u64::MAX);
             if m.len() < need {
                 return Err(Error::InvalidPool {
                     reason: format!(
@@ -531,8 +531,9 @@ mod tests {
         .unwrap();
         assert_eq!(g.page_bytes(), 120);
         assert_eq!(g.spans_per_page(), 3);
-        assert_eq!(g.buffer_bytes(0), 300);
-        assert_eq!(g.buffer_bytes(1), 60);
+        assert_eq!(g.buffer_bytes(0), Some(300));
+        assert_eq!(g.buffer_bytes(1), Some(60));
+        assert_eq!(g.buffer_bytes(2), None, "no buffer 2");
         assert!(SidecarGeometry::new(0, 3, g.buffers().to_vec(), false, "x").is_err());
         assert!(SidecarGeometry::new(4, 0, g.buffers().to_vec(), false, "x").is_err());
         assert!(SidecarGeometry::new(4, 3, vec![], false, "x").is_err());

@@ -99,7 +99,7 @@ fn side(
 ) -> Result<Side, CaseError> {
     let g = SidecarGeometry::new(16, pages, layouts, replicated, format)?;
     let backing = (0..g.buffers().len())
-        .map(|i| buffer(env, g.buffer_bytes(i)))
+        .map(|i| buffer(env, g.buffer_bytes(i).unwrap_or(0)))
         .collect::<Result<Vec<_>, _>>()?;
     let memory = backing
         .iter()
