@@ -233,10 +233,9 @@ def config(root, mla=False, tp_rank=0, tp_size=1, extra=None, metrics=False):
 class Backend(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
+        # A cleanup, not tearDown: it must run after the backends' own cleanups close them.
+        self.addCleanup(self.dir.cleanup)
         self.root = self.dir.name
-
-    def tearDown(self):
-        self.dir.cleanup()
 
     def open(self, pool, **kw):
         backend = HiCacheBackend(config(self.root, mla=pool.mla if pool else False, **kw), {})
@@ -383,10 +382,9 @@ class TorchTensors(unittest.TestCase):
 
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
+        # A cleanup, not tearDown: it must run after the backends' own cleanups close them.
+        self.addCleanup(self.dir.cleanup)
         self.root = self.dir.name
-
-    def tearDown(self):
-        self.dir.cleanup()
 
     def test_round_trip_every_layout_with_tensors(self):
         for mla in (False, True):
@@ -750,10 +748,9 @@ class Refusals(unittest.TestCase):
 
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
+        # A cleanup, not tearDown: it must run after the backends' own cleanups close them.
+        self.addCleanup(self.dir.cleanup)
         self.root = self.dir.name
-
-    def tearDown(self):
-        self.dir.cleanup()
 
     def test_config_errors_name_the_key(self):
         with self.assertRaisesRegex(hicache.HiCacheError, "storage_dri"):
@@ -997,10 +994,9 @@ class Hybrid(unittest.TestCase):
 
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
+        # A cleanup, not tearDown: it must run after the backends' own cleanups close them.
+        self.addCleanup(self.dir.cleanup)
         self.root = self.dir.name
-
-    def tearDown(self):
-        self.dir.cleanup()
 
     def open(self, kinds=("mamba", "swa", "indexer"), mla=False, **kw):
         pool = HostPool("page_first", mla=mla)
