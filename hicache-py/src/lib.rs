@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hicache::{
@@ -42,6 +43,8 @@ struct Connector {
     /// Declared first, so it drops first: its pool is let go before the buffer below.
     cache: BlockingHiCache,
     pool: Mutex<Registered>,
+    /// Set by `close`, under `pool`'s lock: every later call but `stats` fails.
+    closed: AtomicBool,
 }
 
 /// The registered pool, as this binding keeps it.
@@ -254,6 +257,16 @@ fn report_dict<'py>(py: Python<'py>, report: &PoolReport) -> PyResult<Bound<'py,
 }
 
 impl Connector {
+    /// Fails once `close` has run: a closed connector takes no pool and moves no page.
+    fn check_open(&self) -> PyResult<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(invalid(
+                "the connector is closed; open a new Connector to go on",
+            ));
+        }
+        Ok(())
+    }
+
     fn register(
         &self,
         py: Python<'_>,
@@ -264,6 +277,8 @@ impl Connector {
         // The lock is taken without the GIL: a thread holding the GIL never waits on it.
         let (report, old) = py.detach(|| {
             let mut held = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            // Checked under the lock `close` takes, so a pool never outlives a close.
+            self.check_open()?;
             // The earlier pool is let go first: this returns once no transfer uses its
             // memory, so its buffer may then be released.
             let report = self
@@ -279,8 +294,8 @@ impl Connector {
                 },
                 Err(_) => Registered::default(),
             };
-            (report, std::mem::replace(&mut *held, now))
-        });
+            Ok::<_, PyErr>((report, std::mem::replace(&mut *held, now)))
+        })?;
         // The earlier buffer's reference is dropped here, with the GIL.
         drop(old);
         Ok(report_dict(py, &report.map_err(to_py)?)?.unbind())
@@ -294,6 +309,7 @@ impl Connector {
         tokens: Vec<u64>,
         write: bool,
     ) -> PyResult<Outcomes> {
+        self.check_open()?;
         let n = keys.len();
         let per_page = tokens.len().checked_div(n).unwrap_or(0);
         if per_page * n != tokens.len() {
@@ -418,6 +434,7 @@ impl Connector {
         transfers: Vec<PyTransfer>,
         write: bool,
     ) -> PyResult<Vec<Outcomes>> {
+        self.check_open()?;
         let checked = transfers
             .into_iter()
             .map(check_transfer)
@@ -509,6 +526,7 @@ impl Connector {
         Ok(Connector {
             cache,
             pool: Mutex::new(Registered::default()),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -584,6 +602,7 @@ impl Connector {
     /// The byte ranges `(offset, length)` of page `page` in the registered pool's buffer, in
     /// the order they are stored (to cross-check an engine's own page pointers).
     fn page_spans(&self, py: Python<'_>, page: u64) -> PyResult<Vec<(u64, u64)>> {
+        self.check_open()?;
         let geometry = py
             .detach(|| self.pool.lock().unwrap_or_else(|e| e.into_inner()).geometry)
             .ok_or_else(|| invalid("no pool is registered"))?;
@@ -593,6 +612,7 @@ impl Connector {
 
     /// How many of `keys`, from the first, are stored (a key that is not valid ends the run).
     fn batch_exists(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<usize> {
+        self.check_open()?;
         let keys = leading_valid(keys);
         py.detach(|| self.cache.batch_exists(&keys)).map_err(to_py)
     }
@@ -663,6 +683,7 @@ impl Connector {
         let owners: Vec<Py<PyAny>> = buffers.into_iter().map(Bound::unbind).collect();
         let (report, old) = py.detach(|| {
             let mut held = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            self.check_open()?;
             // A sidecar of this name is let go first: this returns once no transfer uses its
             // memory, so its buffers may then be released.
             let report = self
@@ -673,8 +694,8 @@ impl Connector {
                 Ok(_) => held.sidecars.insert(name.clone(), owners),
                 Err(_) => held.sidecars.remove(&name),
             };
-            (report, old)
-        });
+            Ok::<_, PyErr>((report, old))
+        })?;
         drop(old);
         Ok(report_dict(py, &report.map_err(to_py)?)?.unbind())
     }
@@ -689,6 +710,7 @@ impl Connector {
         keys: Vec<String>,
         pools: Vec<(String, String, usize)>,
     ) -> PyResult<(usize, Vec<(String, usize)>, Vec<usize>, usize)> {
+        self.check_open()?;
         let keys = leading_valid(keys);
         let mut names = Vec::with_capacity(pools.len());
         let mut policies = Vec::with_capacity(pools.len());
@@ -735,6 +757,7 @@ impl Connector {
 
     /// Removes pages (every object of each); a missing page is not an error.
     fn batch_remove(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<Vec<Option<String>>> {
+        self.check_open()?;
         let Checked { keys, at, errors } = check_keys(keys);
         let n = at.len() + errors.len();
         let results = py
@@ -754,6 +777,7 @@ impl Connector {
     /// ranks and geometries stay); returns how many objects went. Ranks that do not write
     /// remove nothing. Refused under `naming = "sglang"`.
     fn clear(&self, py: Python<'_>) -> PyResult<u64> {
+        self.check_open()?;
         py.detach(|| self.cache.clear()).map_err(to_py)
     }
 
@@ -771,10 +795,12 @@ impl Connector {
         Ok(d)
     }
 
-    /// Ends the connector: later calls fail; the pool is let go once its transfers end.
+    /// Ends the connector: every later call but `stats` fails (a new `register_pool` too);
+    /// the pools are let go once their transfers end. Idempotent.
     fn close(&self, py: Python<'_>) {
         let old = py.detach(|| {
             let mut held = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            self.closed.store(true, Ordering::Release);
             // Returns once no transfer uses the pool: only then may its buffer go.
             self.cache.close();
             std::mem::take(&mut *held)

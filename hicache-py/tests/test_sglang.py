@@ -867,9 +867,26 @@ class Refusals(unittest.TestCase):
         pool = HostPool("page_first")
         backend = HiCacheBackend(config(self.root), {})
         backend.register_mem_pool_host(pool)
+        backend.batch_set_v1(["a"], tokens([0]))
         backend.close()
-        with self.assertRaisesRegex(hicache.HiCacheError, "pool"):
-            backend.batch_set_v1(["a"], tokens([0]))
+        backend.close()  # idempotent
+        calls = {
+            "batch_set_v1": lambda: backend.batch_set_v1(["a"], tokens([0])),
+            "batch_get_v1": lambda: backend.batch_get_v1(["a"], tokens([0])),
+            "batch_exists": lambda: backend.batch_exists(["a"]),
+            # A closed connector takes no new pool either.
+            "register_mem_pool_host": lambda: backend.register_mem_pool_host(pool),
+        }
+        for name, call in calls.items():
+            with self.subTest(call=name):
+                with self.assertRaisesRegex(hicache.HiCacheError, "connector is closed"):
+                    call()
+        # Counters stay readable, and the page written before the close is still there.
+        self.assertEqual(backend.stats()["pages_written"], 1)
+        again = HiCacheBackend(config(self.root), {})
+        again.register_mem_pool_host(HostPool("page_first"))
+        self.addCleanup(again.close)
+        self.assertEqual(again.batch_exists(["a"]), 1)
 
 
 def aligned_zeros(shape, dtype, align=4096):
