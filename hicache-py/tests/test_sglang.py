@@ -13,6 +13,7 @@ import ctypes
 import hashlib
 import json
 import os
+import pathlib
 import socket
 import sys
 import tempfile
@@ -757,6 +758,37 @@ class Refusals(unittest.TestCase):
             HiCacheBackend(config(self.root, extra={"storage_dri": "/x"}), {})
         with self.assertRaisesRegex(hicache.HiCacheError, "interface_v1"):
             HiCacheBackend(config(self.root, extra={"interface_v1": "maybe"}), {})
+
+    def test_extra_config_in_every_form(self):
+        """A dict, JSON text or ``@path`` work alike; a value JSON cannot hold, and an
+        extra config of another type, are errors naming the key or the type."""
+        pool = HostPool("page_first")
+        path = os.path.join(self.root, "hicache.json")
+        with open(path, "w") as f:
+            json.dump({"storage_dir": self.root}, f)
+        forms = {"dict": {"storage_dir": self.root}, "text": json.dumps({"storage_dir": self.root}),
+                 "file": "@" + path}
+        for name, extra in forms.items():
+            with self.subTest(form=name):
+                cfg = config(self.root)
+                cfg.extra_config = extra
+                backend = HiCacheBackend(cfg, {})
+                self.addCleanup(backend.close)
+                backend.register_mem_pool_host(pool)
+                self.assertEqual(backend.batch_set_v1([f"form-{name}"], tokens([0])), [True])
+        bad = {
+            "storage_dir": (pathlib.Path(self.root), "storage_dir.*PosixPath"),
+            "use_direct_io": (float("nan"), "use_direct_io.*float"),
+            "plugin": (object(), "plugin.*object"),
+        }
+        for key, (value, message) in bad.items():
+            with self.subTest(key=key):
+                with self.assertRaisesRegex(hicache.HiCacheError, message):
+                    HiCacheBackend(config(self.root, extra={key: value}), {})
+        cfg = config(self.root)
+        cfg.extra_config = [("storage_dir", self.root)]
+        with self.assertRaisesRegex(hicache.HiCacheError, "extra_config is a list"):
+            HiCacheBackend(cfg, {})
 
     def test_bad_identities_and_config_text(self):
         with self.assertRaisesRegex(hicache.HiCacheError, "tp_rank"):

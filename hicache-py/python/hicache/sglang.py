@@ -25,6 +25,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -36,7 +37,7 @@ from sglang.srt.mem_cache.hicache_storage import (
     PoolTransferResult,
 )
 
-from hicache._native import Connector
+from hicache._native import Connector, HiCacheError
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,30 @@ def _merged(ranges) -> List[tuple]:
     return [tuple(r) for r in out]
 
 
+def _extra_config_text(extra) -> str:
+    """SGLang's extra config as the text the connector reads: a mapping as JSON, or text
+    (inline JSON, or ``@path`` of a file) as it is. A value JSON cannot hold is an error
+    naming its key, instead of ``json``'s message about a type."""
+    if extra is None:
+        return "{}"
+    if isinstance(extra, str):
+        return extra
+    if not isinstance(extra, Mapping):
+        raise HiCacheError(
+            f"hicache: extra_config is a {type(extra).__name__}; give a dict, JSON text or "
+            "@path of a config file"
+        )
+    for key, value in extra.items():
+        try:
+            json.dumps({key: value}, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise HiCacheError(
+                f"hicache: extra_config key {key!r} holds a {type(value).__name__}, which "
+                f"is not a JSON value ({e}); give a string, number, bool, list or dict"
+            ) from None
+    return json.dumps(dict(extra), allow_nan=False)
+
+
 class HiCacheBackend(HiCacheStorage):
     """An SGLang storage backend over hicache's connector (one per rank)."""
 
@@ -131,7 +156,7 @@ class HiCacheBackend(HiCacheStorage):
         self.storage_config = cfg
         self._metrics_on = bool(getattr(cfg, "enable_storage_metrics", False))
         self._connector = Connector(
-            json.dumps(dict(cfg.extra_config or {})),
+            _extra_config_text(cfg.extra_config),
             model=cfg.model_name or "",
             tp_rank=cfg.tp_rank,
             tp_size=cfg.tp_size,
