@@ -130,6 +130,8 @@ pub fn config_keys_markdown(keys: &[ConfigKey]) -> String {
          fallbacks rank below every config source. An unknown key is an error naming it and the \
          closest known key, if one is close: at load for a loader that knows the build's plugins \
          (`hicache::config()`), at plugin selection otherwise.\n\n\
+         A config file is a regular `.toml` or `.json` file of at most 1 MiB (anything else, a \
+         FIFO or a device say, is refused with its path).\n\n\
          ## Top-level keys\n\n",
     );
     table(&mut out, keys.iter().filter(|k| k.plugin.is_none()));

@@ -199,6 +199,45 @@ pub(super) fn source_path(source: &Source) -> PathBuf {
     }
 }
 
+/// The most bytes a config file may hold: a real one is a few KiB, and a larger one is a
+/// wrong path (a log, a dump) better refused than read into memory.
+pub(super) const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads a config file's text: only a regular file (a FIFO or a device would block or never
+/// end) of at most [`MAX_CONFIG_BYTES`].
+fn read_config_text(path: &Path) -> std::result::Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Non-blocking, so opening a FIFO that has no writer returns at once and is refused
+    // below; on a regular file the flag changes nothing.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file; give the path of a .toml or .json file".into());
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "the file holds {} bytes, more than a config's limit of {MAX_CONFIG_BYTES}; check the path",
+            meta.len()
+        ));
+    }
+    let mut text = String::new();
+    // Bounded again while reading: the file may grow after the check.
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "the file grew past a config's limit of {MAX_CONFIG_BYTES} bytes while read; check the path"
+        ));
+    }
+    Ok(text)
+}
+
 pub(super) fn read_document(path: &Path) -> Result<Value> {
     let err = |reason: String| Error::ConfigFile {
         path: path.to_path_buf(),
@@ -206,14 +245,21 @@ pub(super) fn read_document(path: &Path) -> Result<Value> {
     };
     let ext = path
         .extension()
-        .map(|e| e.to_string_lossy().to_ascii_lowercase())
-        .unwrap_or_default();
-    if ext != "toml" && ext != "json" {
-        return Err(err(format!(
-            "unsupported config format `.{ext}`; use a .toml or .json file"
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    let ext = match ext.as_deref() {
+        Some(e @ ("toml" | "json")) => e,
+        Some(other) => {
+            return Err(err(format!(
+                "unsupported config format `.{other}`; use a .toml or .json file"
+            )));
+        }
+        None => {
+            return Err(err(
+                "the name has no extension; name the file .toml or .json by its format".into(),
+            ));
+        }
+    };
+    let text = read_config_text(path).map_err(err)?;
     if ext == "json" {
         serde_json::from_str(&text).map_err(|e| err(format!("invalid JSON: {e}")))
     } else {

@@ -316,7 +316,7 @@ fn file_formats() {
     let ini = write(dir.path(), "c.ini", "x=1");
     let err = ConfigLoader::new().file(&ini).load().unwrap_err();
     assert!(
-        err.to_string().contains("unsupported config format"),
+        err.to_string().contains("unsupported config format `.ini`"),
         "{err}"
     );
     let leaky = write(
@@ -648,4 +648,57 @@ fn metrics_keys_refuse_bad_values() {
         .load()
         .unwrap();
     assert_eq!(off.metrics_listen.value, None);
+}
+
+/// Paths that are not a config file's: no extension, a dir, a FIFO (reading it would block),
+/// a device, and a file past the size limit, which is refused before it is read.
+#[test]
+fn config_paths_that_are_not_config_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let load = |p: &Path| ConfigLoader::new().file(p).load().unwrap_err().to_string();
+
+    let bare = write(dir.path(), "hicache", "use_direct_io = false");
+    assert_eq!(
+        super::loader::MAX_CONFIG_BYTES,
+        1 << 20,
+        "CONFIG.md says 1 MiB"
+    );
+    let e = load(&bare);
+    assert!(e.contains("no extension") && e.contains("hicache"), "{e}");
+
+    let as_dir = dir.path().join("d.toml");
+    std::fs::create_dir(&as_dir).unwrap();
+    let e = load(&as_dir);
+    assert!(e.contains("d.toml"), "{e}");
+
+    let fifo = dir.path().join("f.toml");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that lives across the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // No writer ever comes: a blocking open would hang here.
+    let e = load(&fifo);
+    assert!(
+        e.contains("not a regular file") && e.contains("f.toml"),
+        "{e}"
+    );
+
+    let device = dir.path().join("null.toml");
+    std::os::unix::fs::symlink("/dev/null", &device).unwrap();
+    let e = load(&device);
+    assert!(
+        e.contains("not a regular file") && e.contains("null.toml"),
+        "{e}"
+    );
+
+    let big = dir.path().join("big.json");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(super::loader::MAX_CONFIG_BYTES + 1).unwrap();
+    let e = load(&big);
+    assert!(e.contains("limit") && e.contains("big.json"), "{e}");
+
+    let at_limit = dir.path().join("pad.json");
+    let mut text = String::from("{}");
+    text.push_str(&" ".repeat(super::loader::MAX_CONFIG_BYTES as usize - text.len()));
+    std::fs::write(&at_limit, text).unwrap();
+    ConfigLoader::new().file(&at_limit).load().unwrap();
 }
