@@ -377,7 +377,7 @@ class Backend(unittest.TestCase):
         self.assertEqual(delta('hicache_page_misses_total{backend="POSIX",reason="not_found"}'), 1)
 
 
-@unittest.skipUnless(REAL_TORCH, "needs torch (the device machine has it; CI does not)")
+@unittest.skipUnless(REAL_TORCH, "needs torch, which is not installed here")
 class TorchTensors(unittest.TestCase):
     """Host pools as SGLang allocates them: torch tensors, pinned where CUDA is present."""
 
@@ -1229,7 +1229,7 @@ class Hybrid(unittest.TestCase):
         )
         self.assertEqual(got, {"kv": [True, False, True], "mamba": [True, False, False]})
 
-    @unittest.skipUnless(REAL_TORCH, "needs torch (the device machine has it; CI does not)")
+    @unittest.skipUnless(REAL_TORCH, "needs torch, which is not installed here")
     def test_torch_sidecars_in_place_and_copied(self):
         backend, pool, _ = self.open(kinds=())
         sides = {
