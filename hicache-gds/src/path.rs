@@ -283,8 +283,9 @@ impl Registrable<'_> {
 
 /// cuFile 1.15.1 refuses to register a descriptor whose flags hold `O_NONBLOCK` or
 /// `O_NOFOLLOW` (`CU_FILE_INVALID_FILE_OPEN_FLAG`, measured on the H200). The file layer
-/// opens objects for reading with `O_NONBLOCK` (so a FIFO planted under the root cannot hang
-/// the open) and, on kernels without `openat2`, with `O_NOFOLLOW`. Once the descriptor is
+/// opens objects for reading, and recycled spares for writing, with `O_NONBLOCK` (so a FIFO
+/// planted under the root cannot hang the open) and, on kernels without `openat2`, with
+/// `O_NOFOLLOW`. Once the descriptor is
 /// known to be a regular file, `O_NONBLOCK` means nothing for it and is cleared;
 /// `O_NOFOLLOW` cannot be cleared, so the file is opened again through
 /// `/proc/self/fd/<fd>`, which names the very file already open, never a path in the tree.

@@ -310,6 +310,70 @@ async fn both_engines_recycle_the_files_of_removed_and_replaced_objects() {
     }
 }
 
+/// A FIFO planted in place of a spare file never hangs the write that recycles it: on both
+/// engines the write goes to a new file, and the FIFO is not taken as a page.
+#[tokio::test]
+async fn a_fifo_planted_as_a_spare_never_hangs_a_write() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let b = backend_with(dir.path(), false, engine);
+        let buf = MemoryRegion::from_aligned(AlignedBuf::zeroed(4096, 4096).unwrap());
+        let id = b.register(buf).unwrap();
+        let segments = [Slice::new(id, 0, 4096)];
+        let bucket = |k: &str| {
+            b.object_path(&ObjectKey::new(k).unwrap())
+                .parent()
+                .unwrap()
+                .to_owned()
+        };
+        let next = (0..100_000)
+            .map(|i| format!("k{i}"))
+            .find(|k| bucket(k) == bucket("a"))
+            .unwrap();
+        let (ka, kn) = (ObjectKey::new("a").unwrap(), ObjectKey::new(next).unwrap());
+        let w = b
+            .write(&[WriteItem {
+                key: &ka,
+                segments: &segments,
+            }])
+            .await;
+        assert!(w[0].is_ok(), "{w:?}");
+        let removed = b.remove(std::slice::from_ref(&ka)).await;
+        assert!(removed[0].is_ok(), "{removed:?}");
+        let spare = walk(dir.path())
+            .into_iter()
+            .find(|p| {
+                let name = p.file_name().unwrap().to_string_lossy();
+                name.starts_with(".s") && !p.to_string_lossy().contains(".hicache-spare")
+            })
+            .expect("the removed file waits as a spare");
+        std::fs::remove_file(&spare).unwrap();
+        nix::unistd::mkfifo(&spare, nix::sys::stat::Mode::S_IRWXU).unwrap();
+
+        let items = [WriteItem {
+            key: &kn,
+            segments: &segments,
+        }];
+        // Pinned here, not in the timeout: a dropped write waits for its I/O to end.
+        let mut write = std::pin::pin!(b.write(&items));
+        let wait = std::time::Duration::from_secs(20);
+        let Ok(got) = tokio::time::timeout(wait, &mut write).await else {
+            // A reader comes, so a writer stuck in `open` goes: the test fails, not hangs.
+            let _ = std::fs::File::open(&spare);
+            let _ = write.await;
+            panic!("{engine:?}: a write that recycles a FIFO hung");
+        };
+        // The open fails at once (`ENXIO`), the FIFO's name is let go, and the page goes
+        // to a new file.
+        assert!(got[0].is_ok(), "{engine:?}: {got:?}");
+        assert!(std::fs::metadata(b.object_path(&kn)).unwrap().is_file());
+        assert!(std::fs::symlink_metadata(&spare).is_err(), "{engine:?}");
+        let back = b.exists(std::slice::from_ref(&kn)).await;
+        assert!(matches!(back[0], Ok(true)), "{engine:?}: {back:?}");
+        b.deregister(id).unwrap();
+    }
+}
+
 /// Someone cleans the root while the backend runs (every bucket dir, with the spares in
 /// them, and the spare dir removed): on both engines reads of what was there miss, and writes
 /// recreate what they need and go on (the pooled spares that went are replaced by new files).

@@ -406,7 +406,10 @@ impl Op {
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | direct,
                 root.file_mode,
             ),
-            Step::OpenStaged => (libc::O_WRONLY | direct, 0),
+            // A recycled spare. O_NONBLOCK: a FIFO planted in its place fails the open
+            // (`ENXIO`, and the write goes to a new file) instead of hanging it until a
+            // reader comes; it changes nothing for regular files.
+            Step::OpenStaged => (libc::O_WRONLY | libc::O_NONBLOCK | direct, 0),
             // O_NONBLOCK: opening a FIFO planted under the root must not hang (it changes
             // nothing for regular files).
             _ => (libc::O_RDONLY | libc::O_NONBLOCK | direct, 0),
