@@ -388,7 +388,14 @@ pub(crate) fn scan(top: BorrowedFd<'_>, reclaim: Option<BorrowedFd<'_>>) -> Spar
             found.unknown.push(shown);
             continue;
         };
-        let lock = match beneath::open(dir.as_fd(), LOCK_FILE, libc::O_RDONLY, 0) {
+        // O_NONBLOCK: a FIFO planted as the lock must not hang the scan; only a regular
+        // file is a lock (anything else leaves the dir to its unknown owner).
+        let opened = beneath::open(dir.as_fd(), LOCK_FILE, libc::O_RDONLY | libc::O_NONBLOCK, 0);
+        let lock = match opened {
+            Ok(fd) if !nix::sys::stat::fstat(&fd).is_ok_and(|st| beneath::is_file(&st)) => {
+                found.unknown.push(shown);
+                continue;
+            }
             Ok(fd) => fd,
             Err(_) => {
                 // No lock: an abandoned build (old enough) is provably dead; anything else
@@ -591,6 +598,45 @@ mod tests {
         assert!(!live_spare.exists(), "and the spares it holds");
         let found = scan(second.top.as_fd(), None);
         assert_eq!(found.live.len(), 1);
+    }
+
+    /// A FIFO or a dir planted as another owner's lock neither hangs the scan nor makes its
+    /// dir look dead: the dir is left to its unknown owner.
+    #[test]
+    fn a_lock_that_is_not_a_file_leaves_the_dir_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = RootDir::open(dir.path(), 0o700).unwrap();
+        std::fs::create_dir(top(dir.path())).unwrap();
+        let fifo_owner = top(dir.path()).join("h-b-1-00000000000000aa");
+        let dir_owner = top(dir.path()).join("h-b-2-00000000000000bb");
+        for d in [&fifo_owner, &dir_owner] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let fifo = fifo_owner.join("lock");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        std::fs::create_dir(dir_owner.join("lock")).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = dir.path().to_owned();
+        let scan = std::thread::spawn(move || {
+            let root = RootDir::open(&path, 0o700).unwrap();
+            let pool = SparePool::new(&root, 1000, 0o700).unwrap();
+            let found = scan(pool.top.as_fd(), None);
+            let _ = tx.send(found.unknown);
+        });
+        let Ok(mut unknown) = rx.recv_timeout(std::time::Duration::from_secs(20)) else {
+            // A writer comes, so a scan stuck opening the FIFO goes: the test fails, not hangs.
+            let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+            let _ = scan.join();
+            panic!("the scan hung on a FIFO planted as a lock");
+        };
+        scan.join().unwrap();
+        unknown.sort();
+        assert_eq!(
+            unknown,
+            ["h-b-1-00000000000000aa", "h-b-2-00000000000000bb"]
+        );
+        assert!(fifo_owner.is_dir() && dir_owner.is_dir());
+        drop(root);
     }
 
     #[test]
