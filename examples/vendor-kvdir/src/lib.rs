@@ -11,6 +11,7 @@
 
 use std::fs;
 use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -167,14 +168,27 @@ impl Kvdir {
             .map(|s| self.regions.target(s))
             .collect::<Result<Vec<_>>>()?;
         let path = self.path(item.key);
-        let mut f = match fs::File::open(&path) {
+        // O_NOFOLLOW: a link planted as the object's name is refused, never followed out of
+        // the dir; O_NONBLOCK: a FIFO planted there is refused below instead of hanging the
+        // open until a writer comes (on a regular file the flag changes nothing).
+        let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
+        let opened = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags.bits())
+            .open(&path);
+        let f = match opened {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Ok(ReadOutcome::Miss(MissReason::NotFound));
             }
             Err(e) => return Err(NAME.io("open", path, e)),
         };
-        let found = f.metadata().map_err(NAME.io_at("fstat", &path))?.len();
+        let meta = f.metadata().map_err(NAME.io_at("fstat", &path))?;
+        if !meta.is_file() {
+            let e = std::io::Error::new(ErrorKind::InvalidData, "not a regular file");
+            return Err(NAME.io("open", path, e));
+        }
+        let found = meta.len();
         if found != item.len() {
             return Ok(ReadOutcome::Miss(MissReason::SizeMismatch {
                 expected: item.len(),
@@ -182,7 +196,10 @@ impl Kvdir {
             }));
         }
         let mut bytes = Vec::with_capacity(found as usize);
-        f.read_to_end(&mut bytes)
+        // At most one byte past the page: a file that grew since the fstat is a mismatch,
+        // not a reason to read all of it.
+        f.take(item.len().saturating_add(1))
+            .read_to_end(&mut bytes)
             .map_err(NAME.io_at("read", &path))?;
         if bytes.len() as u64 != item.len() {
             // Replaced by a shorter object between fstat and read.
