@@ -545,7 +545,10 @@ impl Connector {
     ///
     /// The caller must not write a page while a `batch_set` reads it, nor read or write one
     /// while a `batch_get` fills it (SGLang's controller holds such pages until the call
-    /// returns).
+    /// returns). Nor may it move the buffer's memory while the pool is registered: holding
+    /// the buffer keeps it alive, but a torch tensor's `resize_` or `set_` would still free
+    /// or replace the bytes hicache moves (numpy refuses `resize` of a held array unless told
+    /// `refcheck=False`).
     #[pyo3(signature = (buffer, *, attention, layers, page_tokens, dtype, layout, pages, kv_heads = None, head_dim = None, kv_cache_dim = None))]
     #[allow(clippy::too_many_arguments)]
     fn register_pool(
