@@ -28,6 +28,9 @@
  *   that memory really is the published file. A missing link fails the I/O with -ENOENT (the
  *   FUSE process does not know the iov). Where 3FS checks the link when it is made (a target
  *   outside /dev/shm, a file too small), the stand-in checks it in iovwrap (-EINVAL, -ENOENT).
+ *   It keeps up to 64 mappings; when they are all taken, those whose links are gone (iovs
+ *   their owners destroyed) are dropped first, and an I/O on a 65th iov whose link is alive
+ *   fails with -ENOMEM.
  * hicache_usrbio_stand_in_fail(call, code) makes the next calls of one function fail with
  * `code` (an errno; 0 clears): prep_io and wait_for_ios return -code, reg_fd returns code,
  * iovcreate, iovwrap and iorcreate4 return -code, and "io" makes every I/O's result -code.
@@ -108,6 +111,7 @@ typedef struct {
     ino_t ino;
     uint8_t *map;
     size_t size;
+    char link[PATH_MAX]; /* `<mount>/3fs-virt/iovs/<id>`: gone once the iov is destroyed */
 } view;
 
 typedef struct {
@@ -242,15 +246,20 @@ static bool has_virt_dir(const char *mount) {
     return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* The path of iov `id`'s link under `mount`. */
+static void link_of(const char *mount, const uint8_t id[16], char *link, size_t cap) {
+    int at = snprintf(link, cap, "%s/3fs-virt/iovs/", mount);
+    for (int i = 0; i < 16 && at > 0 && (size_t)at + 2 < cap; i++) {
+        at += snprintf(link + at, cap - (size_t)at, "%02x", id[i]);
+    }
+}
+
 /* The published file of iov `id` under `mount`, resolved and checked as 3FS's FUSE process
  * does when the link is made: 0 with its path in `target`, or an errno. */
 static int published(const char *mount, const uint8_t id[16], size_t size, char *target,
                      struct stat *st) {
     char link[PATH_MAX];
-    int at = snprintf(link, sizeof link, "%s/3fs-virt/iovs/", mount);
-    for (int i = 0; i < 16 && at > 0 && (size_t)at + 2 < sizeof link; i++) {
-        at += snprintf(link + at, sizeof link - (size_t)at, "%02x", id[i]);
-    }
+    link_of(mount, id, link, sizeof link);
     if (realpath(link, target) == NULL) {
         return ENOENT;
     }
@@ -294,6 +303,20 @@ static uint8_t *fuse_view(const char *mount, const uint8_t id[16], size_t size, 
         *err = bad;
         return NULL;
     }
+    if (at < 0 && free_at < 0) {
+        /* The table is full: drop the mappings of iovs whose links went (destroyed by their
+         * owners, whose I/O on them has ended), as the FUSE process drops them. */
+        for (int i = 0; i < MAX_VIEWS; i++) {
+            struct stat lst;
+            if (views[i].used && lstat(views[i].link, &lst) != 0) {
+                munmap(views[i].map, views[i].size);
+                views[i].used = false;
+                if (free_at < 0) {
+                    free_at = i;
+                }
+            }
+        }
+    }
     if (at < 0) {
         int fd = free_at < 0 ? -1 : open(target, O_RDWR | O_CLOEXEC);
         void *map = fd < 0 ? MAP_FAILED
@@ -309,6 +332,7 @@ static uint8_t *fuse_view(const char *mount, const uint8_t id[16], size_t size, 
         views[free_at] = (view){.used = true, .dev = st.st_dev, .ino = st.st_ino,
                                 .map = map, .size = size};
         memcpy(views[free_at].id, id, 16);
+        link_of(mount, id, views[free_at].link, sizeof views[free_at].link);
         at = free_at;
     }
     uint8_t *map = views[at].map;
