@@ -427,6 +427,11 @@ fn scrub_survives_crafted_headers_and_huge_files_and_never_follows_links() {
     std::os::unix::fs::symlink(outside.path(), &bucket_link).unwrap();
     // A link beside the buckets (what a spare dir could be replaced by).
     std::os::unix::fs::symlink(outside.path(), dir.path().join(".hicache-spare-link")).unwrap();
+    // A FIFO (opening it would block) and a dir among the pages: reported, kept.
+    let fifo = paths[3].with_file_name("planted-fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let subdir = paths[3].with_file_name("planted-dir");
+    std::fs::create_dir(&subdir).unwrap();
 
     let opts = ScrubOptions {
         dirs: vec![dir.path().to_path_buf()],
@@ -439,9 +444,15 @@ fn scrub_survives_crafted_headers_and_huge_files_and_never_follows_links() {
     assert_eq!(report.valid, 1, "{report:#?}");
     assert_eq!(report.count("corrupt"), 2, "{report:#?}");
     assert_eq!(report.count("symlink"), 3, "{report:#?}");
+    assert_eq!(report.count("not-a-file"), 2, "{report:#?}");
     for f in &report.findings {
-        assert_eq!(f.deleted, f.kind != "symlink", "{f:?}");
+        let kept = ["symlink", "not-a-file"].contains(&f.kind);
+        assert_eq!(f.deleted, !kept, "{f:?}");
     }
+    assert!(
+        fifo.exists() && subdir.is_dir(),
+        "what is not a file is left alone"
+    );
     assert_eq!(std::fs::read(&victim).unwrap(), b"not hicache's");
     assert!(
         std::fs::symlink_metadata(&paths[2]).is_ok(),

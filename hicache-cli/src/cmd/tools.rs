@@ -121,7 +121,7 @@ pub(crate) fn scrub(
     let value = serde_json::to_value(&report).unwrap_or_default();
     if !json.emit(&value)? {
         println!(
-            "{} {what}: {} valid ({}), {} raw (no envelope), {} torn, {} corrupt, {} foreign, {} stale temporary, {} unreadable (kept), {} symlinks (not followed)",
+            "{} {what}: {} valid ({}), {} raw (no envelope), {} torn, {} corrupt, {} foreign, {} stale temporary, {} unreadable (kept), {} symlinks (not followed), {} not files (kept)",
             report.files,
             report.valid,
             hicache::ByteSize(report.valid_bytes),
@@ -131,7 +131,8 @@ pub(crate) fn scrub(
             report.count("foreign"),
             report.count("stale-temp"),
             report.count("unreadable"),
-            report.count("symlink")
+            report.count("symlink"),
+            report.count("not-a-file")
         );
         if report.unchecked > 0 {
             println!(

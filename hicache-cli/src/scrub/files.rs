@@ -167,7 +167,25 @@ fn scrub_bucket(
                 });
                 continue;
             }
-            _ => continue,
+            Ok(st) => {
+                // Nothing the plugin writes: reported, never opened (a FIFO would block) and
+                // never deleted (someone else's).
+                let what = match st.st_mode & libc::S_IFMT {
+                    libc::S_IFIFO => "a FIFO",
+                    libc::S_IFSOCK => "a socket",
+                    libc::S_IFDIR => "a dir",
+                    libc::S_IFCHR | libc::S_IFBLK => "a device node",
+                    _ => "something that is not a file",
+                };
+                report.findings.push(Finding {
+                    path,
+                    kind: "not-a-file",
+                    reason: format!("{what} among pages; scrub neither reads nor deletes it"),
+                    deleted: false,
+                });
+                continue;
+            }
+            Err(_) => continue, // gone since the listing
         };
         if is_spare(cname.to_bytes()) {
             continue;
