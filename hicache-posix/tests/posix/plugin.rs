@@ -229,6 +229,25 @@ fn every_declared_parameter_reaches_the_plugin() {
     );
 }
 
+/// The spare files waiting in the bucket dirs under `root` (`.s<tag>-<id>`).
+fn spare_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    walk(root)
+        .into_iter()
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with(".s") && !p.to_string_lossy().contains(".hicache-spare")
+        })
+        .collect()
+}
+
+/// The bucket dir key `k`'s object lives in.
+fn bucket_of(b: &PosixBackend, k: &str) -> std::path::PathBuf {
+    b.object_path(&ObjectKey::new(k).unwrap())
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
 /// Both engines recycle object files: a removed object's file waits as a spare in its bucket
 /// dir and carries the next write of the same size there, and a replaced object's file the
 /// write after the replacement (seen by the spare names in the bucket dirs and by inode
@@ -242,24 +261,15 @@ async fn both_engines_recycle_the_files_of_removed_and_replaced_objects() {
         let buf = MemoryRegion::from_aligned(AlignedBuf::zeroed(4096, 4096).unwrap());
         let id = b.register(buf).unwrap();
         let segments = [Slice::new(id, 0, 4096)];
-        // Inodes of the spares waiting in the bucket dirs (`.s<tag>-<id>`).
+        // Inodes of the spares waiting in the bucket dirs.
         let spares = || -> Vec<u64> {
-            walk(dir.path())
+            spare_files(dir.path())
                 .into_iter()
-                .filter(|p| {
-                    let name = p.file_name().unwrap().to_string_lossy();
-                    name.starts_with(".s") && !p.to_string_lossy().contains(".hicache-spare")
-                })
                 .map(|p| std::fs::metadata(p).unwrap().ino())
                 .collect()
         };
         // Keys in one bucket dir: spares serve writes in their own dir.
-        let bucket = |k: &str| {
-            b.object_path(&ObjectKey::new(k).unwrap())
-                .parent()
-                .unwrap()
-                .to_owned()
-        };
+        let bucket = |k: &str| bucket_of(&b, k);
         let mut keys = vec!["a".to_string()];
         keys.extend(
             (0..100_000)
@@ -320,15 +330,9 @@ async fn a_fifo_planted_as_a_spare_never_hangs_a_write() {
         let buf = MemoryRegion::from_aligned(AlignedBuf::zeroed(4096, 4096).unwrap());
         let id = b.register(buf).unwrap();
         let segments = [Slice::new(id, 0, 4096)];
-        let bucket = |k: &str| {
-            b.object_path(&ObjectKey::new(k).unwrap())
-                .parent()
-                .unwrap()
-                .to_owned()
-        };
         let next = (0..100_000)
             .map(|i| format!("k{i}"))
-            .find(|k| bucket(k) == bucket("a"))
+            .find(|k| bucket_of(&b, k) == bucket_of(&b, "a"))
             .unwrap();
         let (ka, kn) = (ObjectKey::new("a").unwrap(), ObjectKey::new(next).unwrap());
         let w = b
@@ -340,12 +344,8 @@ async fn a_fifo_planted_as_a_spare_never_hangs_a_write() {
         assert!(w[0].is_ok(), "{w:?}");
         let removed = b.remove(std::slice::from_ref(&ka)).await;
         assert!(removed[0].is_ok(), "{removed:?}");
-        let spare = walk(dir.path())
-            .into_iter()
-            .find(|p| {
-                let name = p.file_name().unwrap().to_string_lossy();
-                name.starts_with(".s") && !p.to_string_lossy().contains(".hicache-spare")
-            })
+        let spare = spare_files(dir.path())
+            .pop()
             .expect("the removed file waits as a spare");
         std::fs::remove_file(&spare).unwrap();
         nix::unistd::mkfifo(&spare, nix::sys::stat::Mode::S_IRWXU).unwrap();
