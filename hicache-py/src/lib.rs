@@ -43,7 +43,8 @@ struct Connector {
     /// Declared first, so it drops first: its pool is let go before the buffer below.
     cache: BlockingHiCache,
     pool: Mutex<Registered>,
-    /// Set by `close`, under `pool`'s lock: every later call but `stats` fails.
+    /// Set by `close`, under `pool`'s lock: every later call but `stats` fails (the `plugin`
+    /// property still answers).
     closed: AtomicBool,
 }
 
@@ -798,7 +799,8 @@ impl Connector {
         Ok(d)
     }
 
-    /// Ends the connector: every later call but `stats` fails (a new `register_pool` too);
+    /// Ends the connector: every later call but `stats` fails (a new `register_pool` too;
+    /// the `plugin` property still answers);
     /// the pools are let go once their transfers end. Idempotent.
     fn close(&self, py: Python<'_>) {
         let old = py.detach(|| {
