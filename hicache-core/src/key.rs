@@ -38,6 +38,15 @@ fn validate_name(name: &str, max: usize) -> Result<()> {
     if name.starts_with('.') {
         return reject("key starts with '.' (reserved for hidden and temporary files)".into());
     }
+    // Keys are ASCII almost always (SGLang's are hex): one pass over the bytes clears them,
+    // without a branch per byte. Anything else is decoded, since `char::is_control` also
+    // covers C1 controls (U+0080 to U+009F), which are two bytes in UTF-8.
+    let plain = name.as_bytes().iter().fold(true, |ok, &b| {
+        ok & (0x20..0x7f).contains(&b) & (b != b'/') & (b != b'\\')
+    });
+    if plain {
+        return Ok(());
+    }
     if let Some(c) = name
         .chars()
         .find(|c| *c == '/' || *c == '\\' || c.is_control())
@@ -111,7 +120,9 @@ impl ObjectKey {
             buf[at..at + p.len()].copy_from_slice(p.as_bytes());
             at += p.len();
         }
-        let name = std::str::from_utf8(&buf[..at]).expect("concatenated str slices are UTF-8");
+        // SAFETY: `buf[..at]` holds the `&str` parts copied end to end, and UTF-8 strings
+        // joined are UTF-8.
+        let name = unsafe { std::str::from_utf8_unchecked(&buf[..at]) };
         validate_name(name, MAX_OBJECT_KEY_LEN)?;
         let hash = crate::hash::key_hash(name);
         Ok(ObjectKey {
@@ -123,7 +134,10 @@ impl ObjectKey {
 
     /// The name as text.
     pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.buf[..self.len as usize]).expect("validated UTF-8")
+        // SAFETY: `buf[..len]` is written only by `concat`, from `&str` parts copied end to
+        // end (UTF-8, as above), and never changed after; `as_str` runs per key and per use,
+        // so it does not check again.
+        unsafe { std::str::from_utf8_unchecked(&self.buf[..self.len as usize]) }
     }
 
     /// blake2b-64 of the name, big-endian (SGLang's routing hash).
@@ -579,6 +593,34 @@ mod tests {
         );
         assert!(ObjectKey::new("k".repeat(MAX_OBJECT_KEY_LEN)).is_ok());
         assert!(ObjectKey::new("k".repeat(MAX_OBJECT_KEY_LEN + 1)).is_err());
+    }
+
+    /// The byte pass that clears plain ASCII keys must refuse exactly what the rule refuses:
+    /// every char to U+07FF (C0 and C1 controls, DEL, separators, two-byte UTF-8) and some
+    /// wider ones, alone and inside a name, as page keys and as object names.
+    #[test]
+    fn key_validation_follows_the_char_rule_for_every_char() {
+        let wide = [
+            '\u{2028}',
+            '\u{feff}',
+            '\u{fffd}',
+            '\u{1f600}',
+            '\u{10ffff}',
+        ];
+        for c in (0u32..0x800).filter_map(char::from_u32).chain(wide) {
+            let refused = c == '/' || c == '\\' || c.is_control();
+            for name in [
+                format!("k{c}"),
+                format!("k{c}k"),
+                format!("{}{c}", "a".repeat(70)),
+            ] {
+                assert_eq!(PageKey::new(name.as_str()).is_err(), refused, "{name:?}");
+                assert_eq!(ObjectKey::new(&name).is_err(), refused, "{name:?}");
+                if !refused {
+                    assert_eq!(ObjectKey::new(&name).unwrap().as_str(), name);
+                }
+            }
+        }
     }
 
     #[test]
