@@ -14,7 +14,7 @@
 //! removal would raise no event here, so roots there always `stat`.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::Mutex;
 
@@ -26,6 +26,32 @@ const CAP: usize = 1 << 20;
 
 /// A bucket dir of a root: (root index, bucket name).
 type Bucket = (usize, [u8; 2]);
+
+/// The names of a bucket, each as its keyed 128-bit hash ([`KnownNames::hash`]).
+type Names = HashSet<u128, BuildHasherDefault<Prehashed>>;
+
+/// Hashes a name's keyed hash by taking its low 64 bits. The set's usual hasher would run
+/// SipHash, which guards against keys chosen to collide, again over bits that are already
+/// keyed and uniform, on every key `exists` asks.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
+
+    // Only `u128`s are hashed here; were anything else, FNV-1a would still spread it.
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
 
 /// Whether a filesystem (its `statfs` type name, as [`crate::FsInfo`] gives it) sees every
 /// change to its files through this kernel, so inotify reports them all.
@@ -48,7 +74,7 @@ struct Watched {
     /// The watched dir's (device, inode).
     dir: (u64, u64),
     wd: WatchDescriptor,
-    names: HashSet<u128>,
+    names: Names,
     /// `State::changes` at the last change to this bucket: an insert made from a `stat`
     /// that began before it is refused (the change may be that name's removal).
     last: u64,
@@ -205,7 +231,7 @@ impl KnownNames {
                     Watched {
                         dir: id,
                         wd,
-                        names: HashSet::new(),
+                        names: Names::default(),
                         last,
                     },
                 );
