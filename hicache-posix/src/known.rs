@@ -45,7 +45,8 @@ impl Hasher for Prehashed {
         self.0 = n as u64;
     }
 
-    // Only `u128`s are hashed here; were anything else, FNV-1a would still spread it.
+    // Only `u128`s are hashed here; anything else would still be spread, by FNV-1a's
+    // xor-multiply step over its bytes (from a zero state, not FNV's offset basis).
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
