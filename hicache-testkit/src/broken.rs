@@ -90,7 +90,9 @@ pub enum Bug {
     ListsRemovedObjects,
     /// A read dropped while pending keeps writing its target memory afterwards.
     WritesAfterDrop,
-    /// A write dropped while pending still publishes, later, over newer writes.
+    /// A write dropped while pending still publishes, later, over newer writes: its bytes
+    /// land right after the next write of the same key completes. (Tied to that write, not to
+    /// a timer, so a case sees it however slow the machine is.)
     PublishesAfterDrop,
     /// `read_checked` answers without running the check: its hits are never checked.
     UncheckedReads,
@@ -137,6 +139,9 @@ impl Bug {
     ];
 }
 
+/// A dropped write's object name and bytes ([`Bug::PublishesAfterDrop`]).
+type Unpublished = (String, Vec<u8>);
+
 /// A [`MemoryBackend`] with `bug` planted. It declares itself persistent: within one trial,
 /// every instance serves the same objects (unless the bug is [`Bug::ForgetsOnReopen`]).
 #[derive(Debug)]
@@ -151,6 +156,8 @@ pub struct BrokenBackend {
     last_batch: Mutex<Vec<Vec<u8>>>,
     /// [`Bug::ListsRemovedObjects`]: what was removed.
     removed: Mutex<Vec<ObjectKey>>,
+    /// [`Bug::PublishesAfterDrop`]: the bytes of dropped writes, by name, still to publish.
+    late_publish: Arc<Mutex<Vec<Unpublished>>>,
 }
 
 impl BrokenBackend {
@@ -164,6 +171,7 @@ impl BrokenBackend {
             cache: Mutex::default(),
             last_batch: Mutex::default(),
             removed: Mutex::default(),
+            late_publish: Arc::default(),
         }
     }
 
@@ -383,9 +391,25 @@ impl BrokenBackend {
             _ => self.inner.read(&items).await,
         }
     }
+
+    /// [`Bug::PublishesAfterDrop`]: publishes what dropped writes of `batch`'s keys left
+    /// pending, over the write that just completed.
+    fn publish_late(&self, batch: &[WriteItem<'_>]) {
+        let late: Vec<Unpublished> = {
+            let mut pending = self.late_publish.lock().unwrap_or_else(|e| e.into_inner());
+            let (now, later) = std::mem::take(&mut *pending)
+                .into_iter()
+                .partition(|(name, _)| batch.iter().any(|i| i.key.as_str() == name));
+            *pending = later;
+            now
+        };
+        for (name, bytes) in late {
+            self.inner.put_raw_object(&name, bytes);
+        }
+    }
 }
 
-/// Runs `late` on another thread if dropped before `disarm`: the I/O a buggy engine leaves
+/// Runs `late` if dropped before `disarm`: it leaves behind the I/O a buggy engine keeps
 /// running after its caller gave up.
 struct Late(Option<Box<dyn FnOnce() + Send>>);
 
@@ -398,10 +422,7 @@ impl Late {
 impl Drop for Late {
     fn drop(&mut self) {
         if let Some(late) = self.0.take() {
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(1));
-                late();
-            });
+            late();
         }
     }
 }
@@ -439,7 +460,7 @@ impl StorageBackend for BrokenBackend {
 
     async fn write(&self, batch: &[WriteItem<'_>]) -> Vec<Result<()>> {
         if self.bug == Bug::PublishesAfterDrop {
-            let late: Vec<(String, Vec<u8>)> = batch
+            let late: Vec<Unpublished> = batch
                 .iter()
                 .filter_map(|i| {
                     Some((
@@ -448,16 +469,20 @@ impl StorageBackend for BrokenBackend {
                     ))
                 })
                 .collect();
-            let inner = self.inner.clone();
+            let pending = self.late_publish.clone();
             let guard = Late(Some(Box::new(move || {
-                for (k, bytes) in late {
-                    inner.put_raw_object(&k, bytes);
-                }
+                pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(late);
             })));
             tokio::task::yield_now().await;
             guard.disarm();
         }
         let results = self.write_items(batch).await;
+        if self.bug == Bug::PublishesAfterDrop {
+            self.publish_late(batch);
+        }
         self.bend(results)
     }
 
@@ -493,10 +518,13 @@ impl StorageBackend for BrokenBackend {
                 .filter_map(|s| self.regions.target(s).ok())
                 .collect();
             let guard = Late(Some(Box::new(move || {
-                for p in &mut pins {
-                    let n = p.len();
-                    let _ = p.copy_from(0, &vec![0xa5; n]);
-                }
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(1));
+                    for p in &mut pins {
+                        let n = p.len();
+                        let _ = p.copy_from(0, &vec![0xa5; n]);
+                    }
+                });
             })));
             tokio::task::yield_now().await;
             guard.disarm();
