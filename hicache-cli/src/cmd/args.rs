@@ -32,7 +32,7 @@ pub(crate) struct GlobalArgs {
     /// Direct I/O on or off.
     #[arg(long, global = true)]
     pub(crate) direct_io: Option<Switch>,
-    /// Machine-readable JSON output, to stdout or to FILE.
+    /// Machine-readable JSON output, to stdout (no FILE, or `-`) or to FILE.
     #[arg(long, global = true, value_name = "FILE", num_args = 0..=1)]
     pub(crate) json: Option<Option<PathBuf>>,
 }

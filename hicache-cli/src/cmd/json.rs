@@ -13,7 +13,9 @@ impl JsonOut {
     pub(crate) fn from(arg: &Option<Option<PathBuf>>) -> Self {
         match arg {
             None => JsonOut::None,
+            // `-` is stdout, as for most Unix tools; a file named `-` is `./-`.
             Some(None) => JsonOut::Stdout,
+            Some(Some(p)) if p.as_os_str() == "-" => JsonOut::Stdout,
             Some(Some(p)) => JsonOut::File(p.clone()),
         }
     }

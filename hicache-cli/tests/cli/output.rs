@@ -78,7 +78,8 @@ fn plugins_fails_for_an_unknown_or_unusable_plugin() {
     assert!(text.contains("unusable"), "{text}");
 }
 
-/// `--json FILE` is honoured by every command and checked before any work.
+/// `--json FILE` is honoured by every command and checked before any work; `--json -` is
+/// stdout.
 #[test]
 fn json_files_are_written_and_checked_first() {
     let dir = tempfile::tempdir().unwrap();
@@ -89,6 +90,29 @@ fn json_files_are_written_and_checked_first() {
             serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
         assert!(value.is_object(), "{args:?}");
     }
+    // `-` is stdout, not a file named `-` in the working dir.
+    for args in [&["config", "show"][..], &["plugins"][..]] {
+        let out = success(
+            hicache()
+                .current_dir(dir.path())
+                .args(args)
+                .args(["--json", "-"]),
+        );
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(value.is_object(), "{args:?}");
+        assert!(
+            !dir.path().join("-").exists(),
+            "{args:?} wrote a file named -"
+        );
+    }
+    success(
+        hicache()
+            .current_dir(dir.path())
+            .args(["config", "show", "--json", "./-"]),
+    );
+    let named: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("-")).unwrap()).unwrap();
+    assert!(named.is_object(), "./- is a file named -");
     let unwritable = dir.path().join("no-such-dir").join("out.json");
     let storage = tempfile::tempdir().unwrap();
     let out = hicache()
