@@ -39,8 +39,8 @@ impl ModelShape {
             },
             other => {
                 return Err(Error::invalid_config(
-                    "model",
-                    "command line",
+                    "--model",
+                    "the command line",
                     format!("`{other}` is not one of llama3-8b, qwen3-8b, deepseek-v3, custom"),
                 ));
             }
@@ -71,9 +71,11 @@ impl ModelShape {
                 // 2 (K,V) × 8 layers × 16 tokens × 1 head × D × 2 bytes = 512·D bytes per page.
                 if page_bytes == 0 || page_bytes % 512 != 0 {
                     return Err(Error::invalid_config(
-                        "page-bytes",
-                        "command line",
-                        format!("{page_bytes} is not a positive multiple of 512"),
+                        "--page-bytes",
+                        "the command line",
+                        format!(
+                            "{page_bytes} is not a positive multiple of 512; use e.g. 65536 or 1048576"
+                        ),
                     ));
                 }
                 (

@@ -96,7 +96,7 @@ fn inapplicable_flags_and_bad_numbers_are_errors() {
         ),
         (
             &["bench", "--model", "custom", "--page-bytes", "1000"][..],
-            "page-bytes",
+            "--page-bytes",
         ),
         (&["doctor", "--page-bytes", "65536"][..], "--page-bytes"),
         // Sizes that overflow, or that no machine has.
@@ -114,7 +114,7 @@ fn inapplicable_flags_and_bad_numbers_are_errors() {
                 "--page-bytes",
                 "18446744073709551615",
             ][..],
-            "page-bytes",
+            "--page-bytes",
         ),
         (&["scrub", "--temp-age-s=-1"][..], "--temp-age-s"),
         // A prefix only narrows a listing walk; a file walk would ignore it silently.
