@@ -131,7 +131,9 @@ pub fn config_keys_markdown(keys: &[ConfigKey]) -> String {
          closest known key, if one is close: at load for a loader that knows the build's plugins \
          (`hicache::config()`), at plugin selection otherwise.\n\n\
          A config file is a regular `.toml` or `.json` file of at most 1 MiB (anything else, a \
-         FIFO or a device say, is refused with its path).\n\n\
+         FIFO or a device say, is refused with its path). An empty environment variable counts \
+         as unset; one whose value is not UTF-8 is an error naming it where hicache reads it \
+         (others are ignored).\n\n\
          ## Top-level keys\n\n",
     );
     table(&mut out, keys.iter().filter(|k| k.plugin.is_none()));

@@ -790,6 +790,18 @@ class Refusals(unittest.TestCase):
         with self.assertRaisesRegex(hicache.HiCacheError, "extra_config is a list"):
             HiCacheBackend(cfg, {})
 
+    def test_environment_values_that_are_not_utf8(self):
+        """A value that is not UTF-8 in a variable hicache does not read is ignored; in one
+        it reads, it is an error naming the variable, never a panic."""
+        text = json.dumps({"storage_dir": self.root})
+        for name in (b"SOME_OTHER_TOOL", b"HICACHE_NAMING"):
+            self.addCleanup(os.environb.pop, name, None)
+        os.environb[b"SOME_OTHER_TOOL"] = b"/tmp/\xff\xfe"
+        hicache.Connector(text).close()
+        os.environb[b"HICACHE_NAMING"] = b"\xff"
+        with self.assertRaisesRegex(hicache.HiCacheError, "HICACHE_NAMING.*UTF-8"):
+            hicache.Connector(text)
+
     def test_bad_identities_and_config_text(self):
         with self.assertRaisesRegex(hicache.HiCacheError, "tp_rank"):
             HiCacheBackend(config(self.root, tp_rank=2, tp_size=2), {})

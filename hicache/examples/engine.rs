@@ -36,7 +36,7 @@ async fn main() -> hicache::Result<()> {
     })?;
     let config = hicache::config()
         .file(&file)
-        .env(EnvSnapshot::from_pairs(std::env::vars()))
+        .env(EnvSnapshot::from_process())
         .load()?;
     let cache = hicache::open(
         config,

@@ -42,7 +42,8 @@ pub fn builtin_plugins() -> Vec<&'static raw::PluginDescriptor> {
 /// through inventory, and the dynamic plugins of the dirs in `HICACHE_PLUGIN_DIR` (comma
 /// separated). With a config, use [`registry_for`], which honours its `plugin_dirs`.
 pub fn registry() -> Result<PluginRegistry> {
-    let dirs: Vec<std::path::PathBuf> = std::env::var("HICACHE_PLUGIN_DIR")
+    let dirs: Vec<std::path::PathBuf> = EnvSnapshot::from_process()
+        .get_for("HICACHE_PLUGIN_DIR", "plugin_dirs")?
         .unwrap_or_default()
         .split(',')
         .map(str::trim)

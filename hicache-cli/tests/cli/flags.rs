@@ -1,5 +1,5 @@
-//! Flags as the user wrote them: taken verbatim, shown as their source, refused when they
-//! do not apply or do not parse, clamped when huge.
+//! Flags and environment variables as the user wrote them: taken verbatim, shown as their
+//! source, refused when they do not apply or do not parse, clamped when huge.
 
 use crate::{hicache, success};
 
@@ -230,4 +230,35 @@ fn usage_and_listing_scrub_open_the_configured_plugin() {
     assert_eq!(usage["plugin"], "POSIX", "{usage}");
     assert_eq!(usage["total"]["objects"], 0, "{usage}");
     assert!(usage["capacity"]["total_bytes"].is_u64(), "{usage}");
+}
+
+/// An environment value that is not UTF-8 never panics a command: in a variable hicache does
+/// not read it is ignored; in one it reads it is an error naming the variable.
+#[test]
+fn environment_values_that_are_not_utf8_never_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(b"/tmp/\xff\xfe");
+    let dir = tempfile::tempdir().unwrap();
+    success(
+        hicache()
+            .args(["config", "show", "--dir"])
+            .arg(dir.path())
+            .env("SOME_OTHER_TOOL", bad),
+    );
+    for var in [
+        "HICACHE_NAMING",
+        "HICACHE_STORAGE_DIR",
+        "HICACHE_PLUGIN_DIR",
+        "HICACHE_CONFIG",
+    ] {
+        for args in [&["config", "show"][..], &["plugins"][..]] {
+            let out = hicache().args(args).env(var, bad).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{var} {args:?}: {err}");
+            assert!(
+                err.contains(var) && err.contains("UTF-8") && !err.contains("panicked"),
+                "{var} {args:?}: {err}"
+            );
+        }
+    }
 }

@@ -57,9 +57,16 @@ impl Config {
         config
     }
 
-    /// A variable of the environment the config was loaded with.
+    /// A variable of the environment the config was loaded with; unset when empty or not
+    /// UTF-8.
     pub fn env_var(&self, name: &str) -> Option<&str> {
         self.env.get(name)
+    }
+
+    /// A variable of the environment the config was loaded with, read for the setting `key`:
+    /// a value that is not UTF-8 is an error naming both ([`EnvSnapshot::get_for`]).
+    pub fn env_var_for(&self, name: &str, key: &str) -> Result<Option<&str>> {
+        self.env.get_for(name, key)
     }
 
     /// The section of `plugin` (case-insensitive), if the config has one.

@@ -550,8 +550,11 @@ pub(super) fn apply_env(cfg: &mut Config, env: &EnvSnapshot) -> Result<()> {
     for spec in KEYS {
         let Some(name) = spec.env else { continue };
         let alias = spec.sglang_env.unwrap_or_default();
-        let primary = env.get(name);
-        let secondary = spec.sglang_env.and_then(|a| env.get(a));
+        let primary = env.get_for(name, spec.name)?;
+        let secondary = match spec.sglang_env {
+            Some(a) => env.get_for(a, spec.name)?,
+            None => None,
+        };
         let (var, value) = match (primary, secondary) {
             (Some(p), Some(s)) => {
                 if p != s {

@@ -1,8 +1,10 @@
 //! The environment snapshot and the loader that applies defaults, files, the environment
 //! and explicit values in order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
 use std::fmt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -11,41 +13,93 @@ use super::*;
 use crate::error::{Error, Result};
 
 /// A snapshot of environment variables (so tests never touch the process environment).
-/// `Debug` shows only the count: the environment holds credentials.
+/// `Debug` shows only the counts: the environment holds credentials.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct EnvSnapshot(BTreeMap<String, String>);
+pub struct EnvSnapshot {
+    vars: BTreeMap<String, String>,
+    /// Variables whose values are not UTF-8. hicache cannot read them; where it would read
+    /// one, [`get_for`](Self::get_for) says so instead of taking the variable as unset.
+    not_unicode: BTreeSet<String>,
+}
 
 impl fmt::Debug for EnvSnapshot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "EnvSnapshot({} variables)", self.0.len())
+        write!(
+            f,
+            "EnvSnapshot({} variables, {} not UTF-8)",
+            self.vars.len(),
+            self.not_unicode.len()
+        )
     }
 }
 
 impl EnvSnapshot {
-    /// The process environment.
+    /// The process environment. Values that are not UTF-8 never make this panic (as
+    /// `std::env::vars()` would); reading one of hicache's variables that holds such a value
+    /// is an error (see [`get_for`](Self::get_for)).
     pub fn from_process() -> Self {
-        EnvSnapshot(std::env::vars().collect())
+        Self::from_os_pairs(std::env::vars_os())
     }
 
-    /// A snapshot built from pairs: `[("HICACHE_STORAGE_DIR", "/data")]`, or
-    /// `std::env::vars()` itself. `EnvSnapshot::default()` is an empty environment.
+    /// A snapshot of pairs as the OS gives them (`std::env::vars_os()`). A variable whose
+    /// name is not UTF-8 is left out: none of hicache's or its plugins' names is.
+    pub fn from_os_pairs(pairs: impl IntoIterator<Item = (OsString, OsString)>) -> Self {
+        let mut snapshot = EnvSnapshot::default();
+        for (name, value) in pairs {
+            let Ok(name) = name.into_string() else {
+                continue;
+            };
+            match value.into_string() {
+                Ok(value) => {
+                    snapshot.not_unicode.remove(&name);
+                    snapshot.vars.insert(name, value);
+                }
+                Err(_) => {
+                    snapshot.vars.remove(&name);
+                    snapshot.not_unicode.insert(name);
+                }
+            }
+        }
+        snapshot
+    }
+
+    /// A snapshot built from pairs: `[("HICACHE_STORAGE_DIR", "/data")]`.
+    /// `EnvSnapshot::default()` is an empty environment.
     pub fn from_pairs<K: Into<String>, V: Into<String>>(
         pairs: impl IntoIterator<Item = (K, V)>,
     ) -> Self {
-        EnvSnapshot(
-            pairs
+        EnvSnapshot {
+            vars: pairs
                 .into_iter()
                 .map(|(k, v)| (k.into(), v.into()))
                 .collect(),
-        )
+            not_unicode: BTreeSet::new(),
+        }
     }
 
-    /// A variable's value; empty values count as unset.
+    /// A variable's value; empty values, and values that are not UTF-8, count as unset.
+    /// Where a value is read for a setting, use [`get_for`](Self::get_for).
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
+        self.vars
             .get(name)
             .map(String::as_str)
             .filter(|v| !v.is_empty())
+    }
+
+    /// A variable's value for the setting `key`, as [`get`](Self::get), except that a value
+    /// that is not UTF-8 is an [`Error::InvalidConfig`] naming the variable and `key`.
+    pub fn get_for(&self, name: &str, key: &str) -> Result<Option<&str>> {
+        if self.not_unicode.contains(name) {
+            return Err(Error::InvalidConfig {
+                key: key.to_string(),
+                source_desc: Source::Env(name.to_string()).to_string(),
+                reason: "the value is not valid UTF-8".into(),
+                hint: Some(format!(
+                    "set {name} to UTF-8 text: hicache takes names and paths in UTF-8 only"
+                )),
+            });
+        }
+        Ok(self.get(name))
     }
 }
 
@@ -71,8 +125,13 @@ impl ConfigLoader {
 
     /// Adds a config file (`.toml` or `.json`; a leading `@` is accepted and stripped).
     pub fn file(mut self, path: impl AsRef<Path>) -> Self {
-        let raw = path.as_ref().to_string_lossy();
-        let path = PathBuf::from(raw.strip_prefix('@').unwrap_or(&raw));
+        // On the path's bytes: a lossy conversion would name another file when the path is
+        // not UTF-8.
+        let path = path.as_ref();
+        let path = match path.as_os_str().as_bytes().strip_prefix(b"@") {
+            Some(rest) => PathBuf::from(OsStr::from_bytes(rest)),
+            None => path.to_path_buf(),
+        };
         self.file_given = true;
         match read_document(&path) {
             Ok(doc) => self.documents.push((Source::File(path), doc)),
@@ -138,7 +197,10 @@ impl ConfigLoader {
         let mut fully_qualified_without_active = None;
         let mut documents = self.documents;
         if !self.file_given
-            && let Some(path) = self.env.as_ref().and_then(|e| e.get("HICACHE_CONFIG"))
+            && let Some(path) = match self.env.as_ref() {
+                Some(env) => env.get_for("HICACHE_CONFIG", "config file")?,
+                None => None,
+            }
         {
             let path = PathBuf::from(path);
             let doc = read_document(&path).map_err(|e| match e {

@@ -313,6 +313,24 @@ fn file_formats() {
             .use_direct_io
             .value
     );
+    // A path that is not UTF-8 names its own file, with or without the `@`.
+    let odd = {
+        use std::os::unix::ffi::OsStrExt;
+        dir.path()
+            .join(std::ffi::OsStr::from_bytes(b"\xff\xfe.toml"))
+    };
+    std::fs::write(&odd, "use_direct_io = false\n").unwrap();
+    std::fs::write(
+        dir.path().join("\u{fffd}\u{fffd}.toml"),
+        "use_direct_io = true\n",
+    )
+    .unwrap();
+    let mut at = std::ffi::OsString::from("@");
+    at.push(odd.as_os_str());
+    for path in [odd.clone(), PathBuf::from(at)] {
+        let config = ConfigLoader::new().file(&path).load().unwrap();
+        assert!(!config.use_direct_io.value, "{}", path.display());
+    }
     let ini = write(dir.path(), "c.ini", "x=1");
     let err = ConfigLoader::new().file(&ini).load().unwrap_err();
     assert!(
@@ -499,6 +517,72 @@ fn an_environment_snapshot_takes_owned_or_borrowed_pairs() {
     assert_eq!(owned, borrowed);
     assert_eq!(owned.get("HICACHE_NAMING"), Some("sglang"));
     assert_eq!(EnvSnapshot::default().get("HICACHE_NAMING"), None);
+}
+
+/// A value that is not UTF-8 never panics a snapshot (`std::env::vars()` would). Where hicache
+/// reads it (a key's variable, its SGLang alias, `HICACHE_CONFIG`, a plugin's fallback) it is
+/// an error naming the variable; anywhere else it is ignored.
+#[test]
+fn environment_values_that_are_not_utf8_are_errors_where_read() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+    let bad = || OsString::from_vec(vec![b'/', 0xff, 0xfe]);
+    let snapshot = |name: &str| {
+        EnvSnapshot::from_os_pairs([
+            (OsString::from("HICACHE_NAMING"), OsString::from("sglang")),
+            (OsString::from(name), bad()),
+            (OsString::from_vec(vec![b'X', 0xff]), OsString::from("x")),
+        ])
+    };
+    let unrelated = snapshot("SOME_OTHER_TOOL");
+    assert_eq!(unrelated.get("SOME_OTHER_TOOL"), None);
+    assert_eq!(
+        unrelated.get_for("HICACHE_NAMING", "naming").unwrap(),
+        Some("sglang")
+    );
+    let config = ConfigLoader::new().env(unrelated).load().unwrap();
+    assert_eq!(config.naming.value, NamingScheme::Sglang);
+
+    for (var, key) in [
+        ("HICACHE_STORAGE_DIR", "storage_dir"),
+        ("SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR", "storage_dir"),
+        ("HICACHE_CONFIG", "config file"),
+    ] {
+        let e = ConfigLoader::new().env(snapshot(var)).load().unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(e, crate::Error::InvalidConfig { .. })
+                && text.contains(var)
+                && text.contains(key)
+                && text.contains("UTF-8"),
+            "{var}: {text}"
+        );
+    }
+    // Set later as UTF-8, the variable counts again; set later as not UTF-8, it is gone.
+    let fixed = EnvSnapshot::from_os_pairs([
+        (OsString::from("HICACHE_STORAGE_DIR"), bad()),
+        (
+            OsString::from("HICACHE_STORAGE_DIR"),
+            OsString::from("/data"),
+        ),
+    ]);
+    assert_eq!(
+        fixed.get_for("HICACHE_STORAGE_DIR", "storage_dir").unwrap(),
+        Some("/data")
+    );
+    let broken = EnvSnapshot::from_os_pairs([
+        (
+            OsString::from("HICACHE_STORAGE_DIR"),
+            OsString::from("/data"),
+        ),
+        (OsString::from("HICACHE_STORAGE_DIR"), bad()),
+    ]);
+    assert!(
+        broken
+            .get_for("HICACHE_STORAGE_DIR", "storage_dir")
+            .is_err()
+    );
+    assert_eq!(broken.get("HICACHE_STORAGE_DIR"), None);
 }
 
 /// A flag's value is checked like any explicit value, and its errors name the flag.

@@ -443,7 +443,7 @@ pub fn params_for(plugin: &PluginDescriptor, config: &Config) -> Result<PluginPa
             continue;
         }
         for var in spec.env_fallback {
-            if let Some(v) = config.env_var(var) {
+            if let Some(v) = config.env_var_for(var, spec.name)? {
                 let source = Source::Env(var.to_string());
                 let value = typed(spec, &RawValue::Str(v.to_string()), &source)?;
                 out.values.push((

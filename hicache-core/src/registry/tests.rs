@@ -193,6 +193,20 @@ fn params_are_typed_checked_and_redacted() {
         "config beats the env fallback"
     );
 
+    // A fallback variable whose value is not UTF-8 is an error naming it, not "unset".
+    let cfg = ConfigLoader::new()
+        .env(EnvSnapshot::from_os_pairs([(
+            std::ffi::OsString::from("AWS_DEFAULT_BUCKET"),
+            std::os::unix::ffi::OsStringExt::from_vec(vec![0xff]),
+        )]))
+        .load()
+        .unwrap();
+    let err = r.select(&cfg).unwrap_err().to_string();
+    assert!(
+        err.contains("AWS_DEFAULT_BUCKET") && err.contains("bucket") && err.contains("UTF-8"),
+        "{err}"
+    );
+
     let cfg = ConfigLoader::new()
         .set("plugin.posix.use_urin", "true")
         .load()
