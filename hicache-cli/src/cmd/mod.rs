@@ -72,17 +72,18 @@ impl Commands {
     /// the command quietly).
     pub fn main(&self) -> ExitCode {
         quiet_on_broken_pipe();
+        let (filter, bad_filter) = log_filter(std::env::var_os("HICACHE_LOG"));
         tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_env("HICACHE_LOG")
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-            )
+            .with_env_filter(filter)
             .with_writer(std::io::stderr)
             // Colour codes only where a person reads them, never into a pipe or a log file.
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             // A program that set up its own logging keeps it.
             .try_init()
             .ok();
+        if let Some(why) = bad_filter {
+            eprintln!("warning: {why}; logging warnings only");
+        }
         self.run_args(std::env::args_os())
     }
 
@@ -200,5 +201,27 @@ fn quiet_on_broken_pipe() {
     // program starts other threads; SIG_DFL is a valid disposition for SIGPIPE.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// The log filter `HICACHE_LOG` names (`warn` when unset or empty), and why it was not taken
+/// when it could not be: a value that is not UTF-8 or not a filter is said, not ignored.
+fn log_filter(value: Option<OsString>) -> (tracing_subscriber::EnvFilter, Option<String>) {
+    let warn = || tracing_subscriber::EnvFilter::new("warn");
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return (warn(), None);
+    };
+    match value.to_str() {
+        None => (warn(), Some(format!("HICACHE_LOG {value:?} is not UTF-8"))),
+        Some(text) => match tracing_subscriber::EnvFilter::try_new(text) {
+            Ok(filter) => (filter, None),
+            Err(e) => (
+                warn(),
+                Some(format!(
+                    "HICACHE_LOG `{text}` is not a log filter ({e}); write a level (debug) or \
+                     targets with levels (hicache_posix=debug,warn)"
+                )),
+            ),
+        },
     }
 }

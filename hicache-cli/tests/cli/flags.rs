@@ -262,3 +262,31 @@ fn environment_values_that_are_not_utf8_never_panic() {
         }
     }
 }
+
+/// A `HICACHE_LOG` that is not a log filter (or not UTF-8) is said on stderr, and the command
+/// runs with warnings only; a filter is taken.
+#[test]
+fn a_bad_log_filter_is_said_not_ignored() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let run = |value: &std::ffi::OsStr| {
+        let out = success(
+            hicache()
+                .args(["config", "show", "--dir"])
+                .arg(dir.path())
+                .env("HICACHE_LOG", value),
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for bad in [&b"[[["[..], b"x=y=z", b"\xff"] {
+        let err = run(std::ffi::OsStr::from_bytes(bad));
+        assert!(
+            err.contains("warning: HICACHE_LOG") && err.contains("logging warnings only"),
+            "{bad:?}: {err}"
+        );
+    }
+    for good in ["debug", "hicache_posix=debug,warn", ""] {
+        let err = run(good.as_ref());
+        assert!(!err.contains("HICACHE_LOG"), "{good}: {err}");
+    }
+}
