@@ -115,6 +115,14 @@ fn links_and_files_others_may_write_are_refused() {
         matches!(&e, LoadError::Refused { reason, .. } if reason.contains("symbolic link")),
         "{e:?}"
     );
+    // A link that leads nowhere is refused as a link too, not reported as a missing file.
+    let dangling = dir.path().join("libgone.so");
+    std::os::unix::fs::symlink(dir.path().join("nowhere.so"), &dangling).unwrap();
+    let e = load_file(&dangling).unwrap_err();
+    assert!(
+        matches!(&e, LoadError::Refused { reason, .. } if reason.contains("symbolic link")),
+        "{e:?}"
+    );
     let open = dir.path().join("libopen.so");
     std::fs::copy(&real, &open).unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).unwrap();

@@ -209,6 +209,8 @@ fn plugin_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
 
 /// Loads one plugin file (once per process; see [`load_dirs`]).
 pub fn load_file(path: &Path) -> Result<&'static PluginDescriptor, LoadError> {
+    // Checked before resolving: a link is refused as a link, even one that leads nowhere.
+    check_file(path)?;
     let real = path.canonicalize().map_err(|e| LoadError::CannotOpen {
         path: path.to_path_buf(),
         reason: e.to_string(),
@@ -223,7 +225,6 @@ pub fn load_file(path: &Path) -> Result<&'static PluginDescriptor, LoadError> {
 }
 
 fn open(path: &Path) -> Result<&'static PluginDescriptor, LoadError> {
-    check_file(path)?;
     let flags = libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL;
     // SAFETY: loading runs the library's initialisers. The file sits in a plugin dir the
     // user configured, as a regular file no other user may write (checked above): putting
