@@ -213,6 +213,22 @@ pub(crate) fn is_link_error(e: &io::Error) -> bool {
 /// Bucket dir names: `00`..`ff`.
 const BUCKETS: usize = 256;
 
+/// Why the system's root dir is refused as a storage dir.
+pub(crate) const SYSTEM_ROOT: &str = "the system's root dir / is not a storage dir: hicache \
+    fills its storage dir with 256 bucket dirs and a spare dir; name a dir of its own, e.g. \
+    /mnt/nvme/hicache";
+
+/// Refuses `dir` when it is the system's root dir `/` (by identity, so `/.` or a link to `/`
+/// too): a storage dir left empty by mistake (`--dir $UNSET/`) would otherwise fill `/`.
+pub(crate) fn refuse_system_root(dir: BorrowedFd<'_>) -> io::Result<()> {
+    let here = nix::sys::stat::fstat(dir)?;
+    let root = nix::sys::stat::stat("/")?;
+    if (here.st_dev, here.st_ino) == (root.st_dev, root.st_ino) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, SYSTEM_ROOT));
+    }
+    Ok(())
+}
+
 /// An open storage dir and its bucket dirs, opened on first use and reopened when the tree
 /// was removed underneath (someone cleaned the root while hicache runs).
 #[derive(Debug)]
@@ -234,6 +250,7 @@ impl RootDir {
                 Mode::empty(),
             )
         })?;
+        refuse_system_root(fd.as_fd())?;
         Ok(RootDir {
             fd,
             path: path.to_path_buf(),

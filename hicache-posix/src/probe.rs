@@ -42,6 +42,14 @@ pub fn probe_dir(dir: &Path, direct: bool) -> Result<DirProbe, DirProblem> {
         hint: "create the dir with write permission for this user, or choose another one with --dir or HICACHE_STORAGE_DIR".into(),
     }
     };
+    if let Ok(meta) = std::fs::metadata(dir)
+        && !meta.is_dir()
+    {
+        return Err(DirProblem {
+            reason: format!("storage dir {} exists and is not a dir", dir.display()),
+            hint: "choose a dir with --dir or HICACHE_STORAGE_DIR, or move the file away".into(),
+        });
+    }
     {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
@@ -49,6 +57,16 @@ pub fn probe_dir(dir: &Path, direct: bool) -> Result<DirProbe, DirProblem> {
             .mode(crate::config::DEFAULT_DIR_MODE)
             .create(dir)
             .map_err(|e| unwritable("cannot create storage dir", e))?;
+    }
+    if let Err(e) = crate::beneath::RootDir::open(dir, crate::config::DEFAULT_DIR_MODE) {
+        // The refusal of `/` is the one error without an OS error code.
+        return Err(match e.raw_os_error() {
+            None => DirProblem {
+                reason: format!("storage dir {}: {e}", dir.display()),
+                hint: "choose a dir of its own with --dir or HICACHE_STORAGE_DIR".into(),
+            },
+            _ => unwritable("cannot open storage dir", e),
+        });
     }
     let fs = fsinfo::fs_info(dir).map_err(|e| unwritable("cannot stat storage dir", e))?;
     let (free_bytes, _) =

@@ -23,6 +23,44 @@ fn probe_reports_unusable_dirs_with_a_hint() {
         problem.reason
     );
     assert!(problem.hint.contains("--dir"));
+    // A file, and the system's root dir (also through a link), are no storage dirs; nothing
+    // is created in either.
+    let problem = hicache_posix::probe_dir(&file, true).unwrap_err();
+    assert!(
+        problem.reason.contains("exists and is not a dir"),
+        "{}",
+        problem.reason
+    );
+    let to_root = dir.path().join("to-root");
+    std::os::unix::fs::symlink("/", &to_root).unwrap();
+    for system_root in [
+        std::path::Path::new("/"),
+        std::path::Path::new("/."),
+        &to_root,
+    ] {
+        let problem = hicache_posix::probe_dir(system_root, true).unwrap_err();
+        assert!(
+            problem.reason.contains("system's root dir") && problem.hint.contains("--dir"),
+            "{}: {}",
+            system_root.display(),
+            problem.reason
+        );
+        // The backend opens the dir before it creates any bucket dir in it.
+        let config = PosixConfig {
+            dirs: vec![system_root.to_path_buf()],
+            direct_io: false,
+            engine: EngineChoice::Threads,
+            threads: 1,
+            queue_depth: 8,
+            sync: hicache_posix::SyncMode::None,
+            spare_bytes: 0,
+            cleaner: None,
+            file_mode: 0o600,
+            dir_mode: 0o700,
+        };
+        let err = PosixBackend::new(&config).unwrap_err().to_string();
+        assert!(err.contains("system's root dir"), "{err}");
+    }
     let ok = hicache_posix::probe_dir(dir.path(), true).unwrap();
     assert_eq!(ok.direct_io, Some(true));
     let config = ConfigLoader::new()
