@@ -344,10 +344,21 @@ fn serve(
 }
 
 /// Replaces `file` whole: a scraper never reads half a rewrite. The temporary file is
-/// created new, so a link planted under its name is replaced, never followed.
+/// created new, so a link planted under its name is replaced, never followed. Anything
+/// else in the file's place (a device, a FIFO, a socket, a dir) is left as it is: the
+/// rewrite fails.
 #[cfg(feature = "prometheus")]
 fn write_file(file: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
+    if let Ok(meta) = std::fs::symlink_metadata(file)
+        && !meta.is_file()
+        && !meta.file_type().is_symlink()
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "it exists and is not a regular file, which the exporter would replace",
+        ));
+    }
     let mut tmp = file.as_os_str().to_owned();
     tmp.push(format!(".tmp.{}", std::process::id()));
     let tmp = PathBuf::from(tmp);

@@ -74,10 +74,19 @@ async fn scraped_metrics_match_the_operations() {
         "{err}"
     );
     drop(taken);
-    // A file that cannot be written (no such dir; a dir in its place) is refused the same way.
+    // A file that cannot be written (no such dir; a dir or a FIFO in its place) is refused the
+    // same way, and what is in its place stays.
+    let fifo = tempfile::tempdir().unwrap();
+    let fifo = fifo.path().join("hicache.prom");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
     for bad in [
         dir.path().join("missing/hicache.prom"),
         dir.path().to_path_buf(),
+        fifo.clone(),
     ] {
         let err = hicache::start_metrics(&config(dir.path(), port, &bad)).unwrap_err();
         assert!(
@@ -89,6 +98,13 @@ async fn scraped_metrics_match_the_operations() {
         std::fs::read_dir(dir.path()).unwrap().count(),
         0,
         "a refused start leaves nothing behind"
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
     );
 
     let cfg = config(dir.path(), port, &file);
