@@ -477,15 +477,20 @@ fn collect<T>(plan: &Plan, pick: impl Fn(Outcome) -> Option<T>) -> Vec<Result<T>
 }
 
 /// Memory filesystems are CPU-bound: one thread per CPU avoids context switches. Block
-/// filesystems need queue depth: 16 threads keep the device busy.
-fn default_threads(roots: &[RootInfo]) -> usize {
+/// filesystems need queue depth: each blocking transfer keeps one request at the device, so
+/// the thread pool's own `preadv`/`pwritev` gets 32 threads, the depth of the raw loop it is
+/// measured against (64 KiB O_DIRECT reads on ext4 measured about 10 % faster than with 16).
+/// A plugged-in data path (GDS, 3FS) keeps 16: its transfers were tuned with that many.
+fn default_threads(roots: &[RootInfo], data_path: bool) -> usize {
     let memory = roots
         .iter()
         .all(|r| matches!(r.fs.fs_type.as_str(), "tmpfs" | "ramfs"));
     if memory {
         std::thread::available_parallelism().map_or(2, |n| n.get())
-    } else {
+    } else if data_path {
         16
+    } else {
+        32
     }
 }
 
@@ -498,7 +503,7 @@ fn start_threads(
     path: Option<Arc<dyn DataPath>>,
 ) -> Result<ThreadEngine> {
     let threads = if cfg.threads == 0 {
-        default_threads(info)
+        default_threads(info, path.is_some())
     } else {
         cfg.threads
     };

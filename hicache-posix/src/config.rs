@@ -16,7 +16,7 @@ hicache_core::plugin_params! {
             default("auto");
         threads: UInt = "threads"
             => "I/O threads of the thread-pool engine",
-            default("16 on block filesystems, one per CPU on tmpfs/ramfs");
+            default("32 on block filesystems, one per CPU on tmpfs/ramfs");
         queue_depth: UInt = "queue_depth"
             => "io_uring submission queue entries, a power of two in 8..=4096 (objects in flight: depth / 5)",
             default("256");

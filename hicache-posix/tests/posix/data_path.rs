@@ -186,6 +186,25 @@ async fn every_object_moves_through_the_path_one_transfer_each() {
     assert_eq!(b.info().name, "COUNTED");
 }
 
+#[test]
+fn a_data_path_keeps_sixteen_threads_by_default_on_block_filesystems() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = PosixConfig {
+        threads: 0,
+        ..config(dir.path(), EngineChoice::Threads)
+    };
+    let b = PosixBackend::with_data_path("COUNTED", &cfg, Arc::new(Counting::default())).unwrap();
+    let expected = if crate::plugin::on_memory_fs(dir.path()) {
+        std::thread::available_parallelism().unwrap().get()
+    } else {
+        16
+    };
+    assert_eq!(
+        b.engine_description(),
+        format!("threads ({expected}) over a counting test path")
+    );
+}
+
 #[tokio::test]
 async fn a_batching_path_gets_several_objects_per_call() {
     let dir = tempfile::tempdir().unwrap();

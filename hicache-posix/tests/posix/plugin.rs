@@ -608,3 +608,39 @@ async fn the_thread_pool_seals_writes_where_they_are_sent() {
         }
     }
 }
+
+/// Whether `dir` is on a memory filesystem, where the default is one I/O thread per CPU.
+pub(crate) fn on_memory_fs(dir: &std::path::Path) -> bool {
+    use nix::sys::statfs::{FsType, TMPFS_MAGIC, statfs};
+    let kind = statfs(dir).unwrap().filesystem_type();
+    // ramfs's magic (linux/magic.h), which neither nix nor libc names.
+    kind == TMPFS_MAGIC || kind == FsType(0x8584_58f6)
+}
+
+#[test]
+fn the_default_thread_count_follows_the_filesystem() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    for (label, parent) in crate::parents() {
+        let dir = tempfile::tempdir_in(&parent).unwrap();
+        let cfg = PosixConfig {
+            dirs: vec![dir.path().to_path_buf()],
+            direct_io: false,
+            engine: EngineChoice::Threads,
+            threads: 0,
+            queue_depth: 256,
+            sync: hicache_posix::SyncMode::None,
+            spare_bytes: 1 << 20,
+            cleaner: None,
+            file_mode: 0o600,
+            dir_mode: 0o700,
+        };
+        let b = PosixBackend::new(&cfg).unwrap();
+        // Block filesystems get the raw loop's queue depth; memory ones a thread per CPU.
+        let expected = if on_memory_fs(dir.path()) { cpus } else { 32 };
+        assert_eq!(
+            b.engine_description(),
+            format!("threads ({expected})"),
+            "{label}"
+        );
+    }
+}
