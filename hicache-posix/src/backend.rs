@@ -480,7 +480,7 @@ fn collect<T>(plan: &Plan, pick: impl Fn(Outcome) -> Option<T>) -> Vec<Result<T>
 /// filesystems need queue depth: each blocking transfer keeps one request at the device, so
 /// the thread pool's own `preadv`/`pwritev` gets 32 threads, the depth of the raw loop it is
 /// measured against (64 KiB O_DIRECT reads on ext4 measured about 10 % faster than with 16).
-/// A plugged-in data path (GDS, 3FS) keeps 16: its transfers were tuned with that many.
+/// A plugged-in data path (GDS, 3FS) keeps 16, the count it was measured with.
 fn default_threads(roots: &[RootInfo], data_path: bool) -> usize {
     let memory = roots
         .iter()
