@@ -452,6 +452,23 @@ fn cleaner_keys_refuse_bad_values() {
     refused("l3_cleaner_interval_s", 0.into(), "outside 0.05..=86400");
     refused("l3_cleaner_interval_s", "NaN".into(), "outside");
     refused("l3_cleaner_min_age_s", (-1).into(), "outside 0..=86400");
+    // Far out of range: shown in exponent form, not as hundreds of digits.
+    refused(
+        "l3_cleaner_high_watermark",
+        1e300.into(),
+        "1e300 is outside 0..=100",
+    );
+    refused(
+        "l3_cleaner_interval_s",
+        "1e-300".into(),
+        "1e-300 is outside 0.05..=86400",
+    );
+    refused(
+        "l3_cleaner_min_age_s",
+        (-2.5e20).into(),
+        "-2.5e20 is outside 0..=86400",
+    );
+    refused("l3_cleaner_interval_s", 100_000.into(), "100000 is outside");
     refused(
         "l3_cleaner_max_removals_per_s",
         0.into(),

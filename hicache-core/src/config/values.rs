@@ -171,6 +171,16 @@ pub(super) fn render(value: &Value) -> String {
     }
 }
 
+/// A number as an error shows it: in exponent form when plain digits would run long
+/// (`1e300`, not 301 digits; `1e-300`, not 300 zeros).
+fn shown(x: f64) -> String {
+    if x.is_finite() && x != 0.0 && !(1e-6..1e15).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}
+
 pub(super) fn percent(key: &str, value: &Value, source: &Source) -> Result<f64> {
     let x = match value {
         Value::Number(n) => n.as_f64(),
@@ -182,7 +192,7 @@ pub(super) fn percent(key: &str, value: &Value, source: &Source) -> Result<f64> 
         Some(x) => Err(Error::invalid_config(
             key,
             source.to_string(),
-            format!("{x} is outside 0..=100 (percent of disk)"),
+            format!("{} is outside 0..=100 (percent of disk)", shown(x)),
         )),
         None => Err(type_error(key, value, source, "a number (percent)")),
     }
@@ -217,7 +227,7 @@ pub(super) fn seconds(key: &str, value: &Value, source: &Source, min: f64) -> Re
         Some(x) => Err(Error::invalid_config(
             key,
             source.to_string(),
-            format!("{x} is outside {min}..=86400 (seconds)"),
+            format!("{} is outside {min}..=86400 (seconds)", shown(x)),
         )),
         None => Err(type_error(key, value, source, "a number of seconds")),
     }
