@@ -617,23 +617,28 @@ pub(crate) fn on_memory_fs(dir: &std::path::Path) -> bool {
     kind == TMPFS_MAGIC || kind == FsType(0x8584_58f6)
 }
 
+/// The thread engine on `dirs` with its thread count left to the default.
+fn default_threads_config(dirs: Vec<std::path::PathBuf>) -> PosixConfig {
+    PosixConfig {
+        dirs,
+        direct_io: false,
+        engine: EngineChoice::Threads,
+        threads: 0,
+        queue_depth: 256,
+        sync: hicache_posix::SyncMode::None,
+        spare_bytes: 1 << 20,
+        cleaner: None,
+        file_mode: 0o600,
+        dir_mode: 0o700,
+    }
+}
+
 #[test]
 fn the_default_thread_count_follows_the_filesystem() {
     let cpus = std::thread::available_parallelism().unwrap().get();
     for (label, parent) in crate::parents() {
         let dir = tempfile::tempdir_in(&parent).unwrap();
-        let cfg = PosixConfig {
-            dirs: vec![dir.path().to_path_buf()],
-            direct_io: false,
-            engine: EngineChoice::Threads,
-            threads: 0,
-            queue_depth: 256,
-            sync: hicache_posix::SyncMode::None,
-            spare_bytes: 1 << 20,
-            cleaner: None,
-            file_mode: 0o600,
-            dir_mode: 0o700,
-        };
+        let cfg = default_threads_config(vec![dir.path().to_path_buf()]);
         let b = PosixBackend::new(&cfg).unwrap();
         // Block filesystems get the raw loop's queue depth; memory ones a thread per CPU.
         let expected = if on_memory_fs(dir.path()) { cpus } else { 32 };
@@ -643,4 +648,18 @@ fn the_default_thread_count_follows_the_filesystem() {
             "{label}"
         );
     }
+    // Roots on both kinds: the block filesystem's depth wins, since one slow root holds a
+    // thread per request in flight.
+    let dirs: Vec<tempfile::TempDir> = crate::parents()
+        .iter()
+        .map(|(_, parent)| tempfile::tempdir_in(parent).unwrap())
+        .collect();
+    let cfg = default_threads_config(dirs.iter().map(|d| d.path().to_path_buf()).collect());
+    let all_memory = dirs.iter().all(|d| on_memory_fs(d.path()));
+    let expected = if all_memory { cpus } else { 32 };
+    assert_eq!(
+        PosixBackend::new(&cfg).unwrap().engine_description(),
+        format!("threads ({expected})"),
+        "mixed roots"
+    );
 }
