@@ -214,7 +214,7 @@ pub(crate) fn is_link_error(e: &io::Error) -> bool {
 const BUCKETS: usize = 256;
 
 /// Why the system's root dir is refused as a storage dir.
-pub(crate) const SYSTEM_ROOT: &str = "the system's root dir / is not a storage dir: hicache \
+const SYSTEM_ROOT: &str = "the system's root dir / is not a storage dir: hicache \
     fills its storage dir with 256 bucket dirs and a spare dir; name a dir of its own, e.g. \
     /mnt/nvme/hicache";
 

@@ -63,7 +63,7 @@ pub fn probe_dir(dir: &Path, direct: bool) -> Result<DirProbe, DirProblem> {
         return Err(match e.raw_os_error() {
             None => DirProblem {
                 reason: format!("storage dir {}: {e}", dir.display()),
-                hint: "choose a dir of its own with --dir or HICACHE_STORAGE_DIR".into(),
+                hint: "name it with --dir or HICACHE_STORAGE_DIR".into(),
             },
             _ => unwritable("cannot open storage dir", e),
         });
