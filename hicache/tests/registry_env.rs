@@ -9,12 +9,12 @@ use std::process::Command;
 /// Set in the child: the name of the case to run there.
 const CHILD: &str = "HICACHE_TEST_REGISTRY_CASE";
 
-/// Runs `case` in a child of this binary with `HICACHE_PLUGIN_DIR` set to `value`, or, in
-/// the child, runs `check` and returns `true`.
-fn in_child(case: &str, value: OsString, check: impl FnOnce()) -> bool {
+/// Runs `case` in a child of this binary with `HICACHE_PLUGIN_DIR` set to `value`; in that
+/// child, runs `check`.
+fn in_child(case: &str, value: OsString, check: impl FnOnce()) {
     if std::env::var_os(CHILD).is_some_and(|c| c == case) {
         check();
-        return true;
+        return;
     }
     let out = Command::new(std::env::current_exe().unwrap())
         .args([case, "--exact", "--nocapture", "--test-threads=1"])
@@ -33,7 +33,6 @@ fn in_child(case: &str, value: OsString, check: impl FnOnce()) -> bool {
         text.contains("1 passed"),
         "child case {case} did not run:\n{text}"
     );
-    false
 }
 
 fn names(plugins: &[&hicache::raw::PluginDescriptor]) -> Vec<&'static str> {
