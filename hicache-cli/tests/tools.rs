@@ -386,8 +386,34 @@ fn bench_verifies_every_byte() {
     }
     // The pages were removed afterwards.
     let _: &HiCache = &cache;
-    let raw = hicache_cli::bench::raw_baseline(dir.path(), 64 << 10, 16, 4, true, 1).unwrap();
-    assert!(raw.verified && raw.write_gbps > 0.0);
+}
+
+/// Both raw loops move every page in every round, read back what they wrote, name
+/// themselves, and leave nothing in the dir they ran in.
+#[test]
+fn raw_baselines_verify_and_clean_up() {
+    use hicache_cli::bench::{RawLoop, raw_baseline};
+    let dir = tempfile::tempdir().unwrap();
+    for (how, label) in [(RawLoop::InPlace, "RAW"), (RawLoop::Publish, "RAW-PUBLISH")] {
+        for direct in [true, false] {
+            let raw = raw_baseline(dir.path(), 64 << 10, 16, 4, direct, 3, how).unwrap();
+            assert!(raw.verified, "{how:?} {raw:#?}");
+            assert_eq!(raw.plugin, label);
+            assert_eq!((raw.write_rounds.len(), raw.read_rounds.len()), (3, 3));
+            for round in raw.write_rounds.iter().chain(&raw.read_rounds) {
+                assert_eq!(round.failed_pages, 0, "{how:?} {raw:#?}");
+                assert_eq!(round.bytes, 16 << 16);
+            }
+            let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+            assert!(left.is_empty(), "{how:?} left {left:?}");
+        }
+        // A dir that is a file: a typed error naming it, not a panic.
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"x").unwrap();
+        let err = raw_baseline(&file, 64 << 10, 4, 2, false, 1, how).unwrap_err();
+        assert!(err.to_string().contains("a-file"), "{err}");
+        std::fs::remove_file(&file).unwrap();
+    }
 }
 
 #[test]

@@ -10,11 +10,33 @@ use hicache::{Error, Result};
 use super::page_pattern;
 use super::report::{BenchReport, PhaseStats, stats};
 
-/// The raw baseline, the disk's limit for this page size and queue depth: one file per page,
-/// all opened (created empty) before the clock starts, then per round `qd` threads `pwrite`
-/// every page and `pread` it back (O_DIRECT unless `direct` is false). The first round
-/// allocates, later rounds overwrite in place — as NIXL's benchmark does. No naming, no
-/// publish, no checksums.
+/// How the raw loop reaches each page's file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RawLoop {
+    /// The disk's limit: every page's file is opened before the clock starts, and the timed
+    /// rounds only `pwrite` and `pread` it.
+    InPlace,
+    /// The least that a store of named, atomically published pages does per page, and
+    /// nothing more: a write opens the page's spare file, writes it, closes it and renames it
+    /// onto the page's name (`RENAME_NOREPLACE`); a read opens the name, reads it and closes
+    /// it. Between rounds, untimed, each name is renamed back to its spare, as hicache's
+    /// remove recycles a page's file. No envelope, no checksum, no buckets, one directory.
+    Publish,
+}
+
+impl RawLoop {
+    fn label(self) -> &'static str {
+        match self {
+            RawLoop::InPlace => "RAW",
+            RawLoop::Publish => "RAW-PUBLISH",
+        }
+    }
+}
+
+/// The raw baseline: one file per page, all created empty before the clock starts, then per
+/// round `qd` threads write every page and read it back (O_DIRECT unless `direct` is false),
+/// reaching each file as `how` says. The first round allocates, later rounds overwrite in
+/// place, as NIXL's benchmark does. No envelope and no checksums.
 pub fn raw_baseline(
     dir: &Path,
     page_bytes: u64,
@@ -22,8 +44,11 @@ pub fn raw_baseline(
     qd: usize,
     direct: bool,
     rounds: usize,
+    how: RawLoop,
 ) -> Result<BenchReport> {
-    use std::os::fd::AsRawFd;
+    use nix::fcntl::{OFlag, RenameFlags, openat, renameat2};
+    use nix::sys::stat::Mode;
+    use std::os::fd::{AsFd, AsRawFd};
     use std::os::unix::fs::OpenOptionsExt;
     let pages = pages.max(1);
     let buf_bytes = pages
@@ -34,16 +59,19 @@ pub fn raw_baseline(
         })?;
     // One thread per page at most: more would only idle.
     let qd = qd.clamp(1, usize::try_from(pages).unwrap_or(usize::MAX));
+    let tool = || hicache::Component::Tool("raw baseline");
     let dir: PathBuf = dir.join(format!("raw-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| {
-        Error::io(
-            hicache::Component::Tool("raw baseline"),
-            "create dir",
-            Some(dir.clone()),
-            e,
-        )
-    })?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io(tool(), "create dir", Some(dir.clone()), e))?;
+    let dir_fd = std::fs::File::open(&dir)
+        .map_err(|e| Error::io(tool(), "open dir", Some(dir.clone()), e))?;
+    let direct_flag = if direct {
+        OFlag::O_DIRECT
+    } else {
+        OFlag::empty()
+    };
+    // In place: the page's file, opened for the whole run. Publish: the page's spare.
     let files: Vec<std::fs::File> = (0..pages)
         .map(|i| {
             let p = dir.join(format!("page{i:06}"));
@@ -51,13 +79,18 @@ pub fn raw_baseline(
                 .read(true)
                 .write(true)
                 .create_new(true)
-                .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+                .custom_flags(direct_flag.bits())
                 .open(&p)
-                .map_err(|e| {
-                    Error::io(hicache::Component::Tool("raw baseline"), "open", Some(p), e)
-                })
+                .map_err(|e| Error::io(tool(), "open", Some(p), e))
         })
         .collect::<Result<_>>()?;
+    let spare_names: Vec<String> = (0..pages).map(|i| format!("page{i:06}")).collect();
+    let published_names: Vec<String> = (0..pages).map(|i| format!("published{i:06}")).collect();
+    let files = match how {
+        RawLoop::InPlace => files,
+        // The files stay on disk under their spare names; only their names are used.
+        RawLoop::Publish => Vec::new(),
+    };
     let mut src = hicache::raw::AlignedBuf::zeroed(buf_bytes, 4096)?;
     let mut dst = hicache::raw::AlignedBuf::zeroed(buf_bytes, 4096)?;
     for p in 0..pages {
@@ -66,6 +99,56 @@ pub fn raw_baseline(
     // Threads write disjoint pages of `dst` through this address; `dst` is not otherwise
     // touched until they have joined.
     let dst_addr = dst.as_mut_ptr() as usize;
+    // One page's write or read; false if any step failed or moved fewer bytes.
+    let page_io = |i: usize, write: bool| -> bool {
+        let off = i * page_bytes as usize;
+        let opened = match how {
+            RawLoop::InPlace => None,
+            RawLoop::Publish => {
+                let (name, flags) = if write {
+                    (&spare_names[i], OFlag::O_WRONLY)
+                } else {
+                    (&published_names[i], OFlag::O_RDONLY)
+                };
+                let flags = flags | direct_flag | OFlag::O_CLOEXEC;
+                match openat(dir_fd.as_fd(), name.as_str(), flags, Mode::empty()) {
+                    Ok(fd) => Some(fd),
+                    Err(_) => return false,
+                }
+            }
+        };
+        let fd = opened
+            .as_ref()
+            .map_or_else(|| files[i].as_raw_fd(), |f| f.as_raw_fd());
+        // SAFETY: each page range of src/dst is touched by one thread only, and both
+        // buffers outlive the threads.
+        let n = unsafe {
+            if write {
+                libc::pwrite(fd, src.as_ptr().add(off).cast(), page_bytes as usize, 0)
+            } else {
+                libc::pread(
+                    fd,
+                    (dst_addr as *mut u8).add(off).cast(),
+                    page_bytes as usize,
+                    0,
+                )
+            }
+        };
+        let mut ok = n == page_bytes as isize;
+        // Closed before the rename, as a writer publishes a complete file.
+        drop(opened);
+        if how == RawLoop::Publish && write {
+            ok &= renameat2(
+                dir_fd.as_fd(),
+                spare_names[i].as_str(),
+                dir_fd.as_fd(),
+                published_names[i].as_str(),
+                RenameFlags::RENAME_NOREPLACE,
+            )
+            .is_ok();
+        }
+        ok
+    };
     let timed = |write: bool| -> PhaseStats {
         let next = AtomicUsize::new(0);
         let started = Instant::now();
@@ -79,30 +162,7 @@ pub fn raw_baseline(
                             if i >= pages as usize {
                                 return errors;
                             }
-                            let off = i * page_bytes as usize;
-                            let fd = files[i].as_raw_fd();
-                            // SAFETY: each page range of src/dst is touched by one thread only,
-                            // and both buffers outlive the scope.
-                            let n = unsafe {
-                                if write {
-                                    libc::pwrite(
-                                        fd,
-                                        src.as_ptr().add(off).cast(),
-                                        page_bytes as usize,
-                                        0,
-                                    )
-                                } else {
-                                    libc::pread(
-                                        fd,
-                                        (dst_addr as *mut u8).add(off).cast(),
-                                        page_bytes as usize,
-                                        0,
-                                    )
-                                }
-                            };
-                            if n != page_bytes as isize {
-                                errors += 1;
-                            }
+                            errors += u64::from(!page_io(i, write));
                         }
                     })
                 })
@@ -119,6 +179,18 @@ pub fn raw_baseline(
     for _ in 0..rounds.max(1) {
         write_rounds.push(timed(true));
         read_rounds.push(timed(false));
+        if how == RawLoop::Publish {
+            // Untimed: give each page its file back as a spare for the next round.
+            for (published, spare) in published_names.iter().zip(&spare_names) {
+                nix::fcntl::renameat(
+                    dir_fd.as_fd(),
+                    published.as_str(),
+                    dir_fd.as_fd(),
+                    spare.as_str(),
+                )
+                .map_err(|e| Error::io(tool(), "rename", Some(dir.join(published)), e.into()))?;
+            }
+        }
     }
     drop(files);
     let mut a = vec![0u8; page_bytes as usize];
@@ -131,7 +203,7 @@ pub fn raw_baseline(
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(BenchReport::baseline(
-        "RAW",
+        how.label(),
         dir.display().to_string(),
         direct,
         (page_bytes, pages, qd),

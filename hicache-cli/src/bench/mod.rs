@@ -14,9 +14,9 @@ mod run;
 mod shape;
 
 pub use alloc::CountingAllocator;
-pub use baselines::raw_baseline;
 #[cfg(feature = "obj")]
 pub use baselines::raw_object_store;
+pub use baselines::{RawLoop, raw_baseline};
 pub use report::{BenchReport, PhaseStats};
 pub use run::{BenchOptions, run};
 pub use shape::ModelShape;

@@ -138,6 +138,8 @@ pub(crate) enum Op {
 pub(crate) enum Baseline {
     /// O_DIRECT pwrite/pread of one pre-opened file per page.
     Raw,
+    /// The raw loop plus the per-page open, close and rename of publishing by name.
+    RawPublish,
     /// The object_store client, one object per page (feature obj).
     #[cfg(feature = "obj")]
     RawObj,
@@ -190,7 +192,10 @@ pub(crate) struct BenchArgs {
     #[arg(long, conflicts_with = "baseline")]
     pub(crate) shared_pool: bool,
     /// Run a baseline instead of hicache: `raw` = O_DIRECT pwrite/pread of one pre-opened file
-    /// per page with --threads threads (the disk's limit); `raw-obj` (feature obj) = the
+    /// per page with --threads threads (the disk's limit); `raw-publish` = the same loop, but a
+    /// write opens a spare file, writes, closes and renames it onto the page's name, and a read
+    /// opens the name, reads and closes it (the least a by-name atomic store costs per page);
+    /// `raw-obj` (feature obj) = the
     /// object_store client putting/getting one object per page, --batch requests in flight.
     #[arg(long, value_enum)]
     pub(crate) baseline: Option<Baseline>,

@@ -37,7 +37,7 @@ pub(crate) fn bench(
     bench_fits_in_memory(pages, one.page_bytes())?;
     let ops = &args.ops;
     let report = match args.baseline {
-        Some(Baseline::Raw) => {
+        Some(how @ (Baseline::Raw | Baseline::RawPublish)) => {
             let dir = config
                 .storage_dirs
                 .value
@@ -59,6 +59,11 @@ pub(crate) fn bench(
                 args.threads,
                 config.use_direct_io.value,
                 args.rounds,
+                if how == Baseline::Raw {
+                    crate::bench::RawLoop::InPlace
+                } else {
+                    crate::bench::RawLoop::Publish
+                },
             )?
         }
         #[cfg(feature = "obj")]

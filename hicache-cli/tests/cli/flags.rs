@@ -167,6 +167,7 @@ fn huge_concurrency_is_clamped() {
         &["bench", "--threads", "18446744073709551615"][..],
         &["bench", "--batch", "18446744073709551615"][..],
         &["bench", "--baseline", "raw", "--threads", "1000000"][..],
+        &["bench", "--baseline", "raw-publish", "--threads", "1000000"][..],
     ] {
         let out = hicache()
             .args(args)

@@ -4,8 +4,10 @@
 //!
 //! Cases, each repeated and interleaved per repeat:
 //! - **transfers** (ext4, tmpfs × 64 KiB, 1 MiB, 8 MiB): hicache (envelope), hicache with
-//!   `page_format = "raw"`, the raw O_DIRECT loop, NIXL in its `uring` and `aio` modes with
-//!   the same pages in flight as hicache (the better mode per figure is reported);
+//!   `page_format = "raw"`, the raw O_DIRECT loop, the same loop with a per-page open and
+//!   publishing rename (`--baseline raw-publish`: what naming and atomic publish cost at the
+//!   least), NIXL in its `uring` and `aio` modes with the same pages in flight as hicache (the
+//!   better mode per figure is reported);
 //! - **exists** (ext4, tmpfs; 1024 pages, 128 keys a call): hicache `batch_exists` against
 //!   NIXL's `query_memory`, SGLang's existence check through NIXL;
 //! - **durability** ([`sync`]) and **OBJ** ([`obj`]).
@@ -214,7 +216,8 @@ fn transfer_case(
         "bench: {name}: {pages} pages, batch {BATCH}, {IN_FLIGHT} in flight, {} repeat(s)",
         run.repeats
     );
-    let (mut envelope, mut raw_format, mut raw_loop) = <(Samples, Samples, Samples)>::default();
+    let (mut envelope, mut raw_format, mut raw_loop, mut raw_publish) =
+        <(Samples, Samples, Samples, Samples)>::default();
     let mut nixl_runs: Vec<Vec<nixl::ModeRun>> = Vec::new();
     let mut nixl_error = None;
     let mut verified = true;
@@ -238,11 +241,14 @@ fn transfer_case(
             samples.add(&h);
         }
 
-        let mut c = run.hicache(&fs.dir, page_bytes, pages, BATCH);
-        c.args(["--baseline", "raw", "--threads", &BATCH.to_string()]);
-        c.args(["--rounds", &ROUNDS.to_string()]);
-        let r = run_json(&mut c).map_err(|e| format!("{name}: raw baseline: {e}"))?;
-        raw_loop.add(&r);
+        for (baseline, samples) in [("raw", &mut raw_loop), ("raw-publish", &mut raw_publish)] {
+            let mut c = run.hicache(&fs.dir, page_bytes, pages, BATCH);
+            c.args(["--baseline", baseline, "--threads", &BATCH.to_string()]);
+            c.args(["--rounds", &ROUNDS.to_string()]);
+            let r = run_json(&mut c).map_err(|e| format!("{name}: {baseline} baseline: {e}"))?;
+            verified &= r["verified"] == json!(true);
+            samples.add(&r);
+        }
 
         if let Some(py) = &run.nixl {
             let request = nixl::Request {
@@ -264,6 +270,7 @@ fn transfer_case(
     let (h_w, h_r) = (med(&envelope.write), med(&envelope.read));
     let (f_w, f_r) = (med(&raw_format.write), med(&raw_format.read));
     let (r_w, r_r) = (med(&raw_loop.write), med(&raw_loop.read));
+    let (p_w, p_r) = (med(&raw_publish.write), med(&raw_publish.read));
     let (w_mode, n_w) = best_mode(&nixl_runs, |m| m.write.clone());
     let (r_mode, n_r) = best_mode(&nixl_runs, |m| m.read.clone());
     let nixl_samples: Value = nixl::MODES
@@ -290,12 +297,16 @@ fn transfer_case(
         "raw_format_read_gbps": num(f_r),
         "raw_write_gbps": num(r_w),
         "raw_read_gbps": num(r_r),
+        "raw_publish_write_gbps": num(p_w),
+        "raw_publish_read_gbps": num(p_r),
         "nixl_write_gbps": num(n_w),
         "nixl_read_gbps": num(n_r),
         "nixl_mode": { "write": w_mode, "read": r_mode },
         "ratio_vs_raw": { "write": ratio(h_w, r_w), "read": ratio(h_r, r_r) },
         "ratio_vs_nixl": { "write": ratio(h_w, n_w), "read": ratio(h_r, n_r) },
         "ratio_vs_raw_format": { "write": ratio(h_w, f_w), "read": ratio(h_r, f_r) },
+        "ratio_vs_raw_publish": { "write": ratio(h_w, p_w), "read": ratio(h_r, p_r) },
+        "raw_publish_vs_raw": { "write": ratio(p_w, r_w), "read": ratio(p_r, r_r) },
         "allocations_per_page": {
             "write": num(med(&envelope.write_allocations)),
             "read": num(med(&envelope.read_allocations)),
@@ -309,6 +320,7 @@ fn transfer_case(
             "hicache_write": envelope.write, "hicache_read": envelope.read,
             "raw_format_write": raw_format.write, "raw_format_read": raw_format.read,
             "raw_write": raw_loop.write, "raw_read": raw_loop.read,
+            "raw_publish_write": raw_publish.write, "raw_publish_read": raw_publish.read,
             "nixl": nixl_samples,
         },
         "nixl_error": nixl_error,
@@ -446,6 +458,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
         "durability": durability,
     });
     let mut table = report::transfers(&report);
+    table.push_str(&report::publish(&report));
     table.push_str(&report::memory(&report));
     table.push_str(&report::exists(&report));
     table.push_str(&sync::durability_markdown(&report));
