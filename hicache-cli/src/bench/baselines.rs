@@ -1,5 +1,5 @@
-//! The baselines hicache is compared with: the raw O_DIRECT loop and the bare
-//! `object_store` client.
+//! The baselines hicache is compared with: the raw O_DIRECT loop (in place, or publishing
+//! each page by name) and the bare `object_store` client.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

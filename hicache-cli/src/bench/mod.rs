@@ -3,7 +3,8 @@
 //!
 //! - `shape`: page shapes of well-known models;
 //! - `run`: the benchmark through a connector;
-//! - `baselines`: the raw O_DIRECT loop and the bare `object_store` client;
+//! - `baselines`: the raw O_DIRECT loop (in place, or publishing each page by name) and the
+//!   bare `object_store` client;
 //! - `report`: the figures and their arithmetic;
 //! - `alloc`: heap allocations and peak memory while it runs.
 
