@@ -71,10 +71,17 @@ pub fn raw_baseline(
     } else {
         OFlag::empty()
     };
-    // In place: the page's file, opened for the whole run. Publish: the page's spare.
-    let files: Vec<std::fs::File> = (0..pages)
-        .map(|i| {
-            let p = dir.join(format!("page{i:06}"));
+    // In place: the page's file, opened for the whole run. Publish: the page's spare, and
+    // the name it is published under.
+    let spare_names: Vec<String> = (0..pages).map(|i| format!("page{i:06}")).collect();
+    let published_names: Vec<String> = match how {
+        RawLoop::InPlace => Vec::new(),
+        RawLoop::Publish => (0..pages).map(|i| format!("published{i:06}")).collect(),
+    };
+    let files: Vec<std::fs::File> = spare_names
+        .iter()
+        .map(|name| {
+            let p = dir.join(name);
             std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -84,8 +91,6 @@ pub fn raw_baseline(
                 .map_err(|e| Error::io(tool(), "open", Some(p), e))
         })
         .collect::<Result<_>>()?;
-    let spare_names: Vec<String> = (0..pages).map(|i| format!("page{i:06}")).collect();
-    let published_names: Vec<String> = (0..pages).map(|i| format!("published{i:06}")).collect();
     let files = match how {
         RawLoop::InPlace => files,
         // The files stay on disk under their spare names; only their names are used.

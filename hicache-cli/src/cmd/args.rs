@@ -195,8 +195,8 @@ pub(crate) struct BenchArgs {
     /// per page with --threads threads (the disk's limit); `raw-publish` = the same loop, but a
     /// write opens a spare file, writes, closes and renames it onto the page's name, and a read
     /// opens the name, reads and closes it (the least a by-name atomic store costs per page);
-    /// `raw-obj` (feature obj) = the
-    /// object_store client putting/getting one object per page, --batch requests in flight.
+    /// `raw-obj` (feature obj) = the object_store client putting/getting one object per page,
+    /// --batch requests in flight.
     #[arg(long, value_enum)]
     pub(crate) baseline: Option<Baseline>,
 }

@@ -59,10 +59,9 @@ pub(crate) fn bench(
                 args.threads,
                 config.use_direct_io.value,
                 args.rounds,
-                if how == Baseline::Raw {
-                    crate::bench::RawLoop::InPlace
-                } else {
-                    crate::bench::RawLoop::Publish
+                match how {
+                    Baseline::RawPublish => crate::bench::RawLoop::Publish,
+                    _ => crate::bench::RawLoop::InPlace,
                 },
             )?
         }
