@@ -81,16 +81,21 @@ fn key(id: u64) -> PageKey {
     PageKey::new(format!("soak-{id:016x}")).expect("a soak key is a valid key")
 }
 
-/// Bytes of stored objects under `dir` (what the cleaner's budget counts).
+/// Bytes of stored objects under `dir`: regular files in its bucket dirs whose names do not
+/// start with `.`, which is what the cleaner's budget counts. Writes in flight (temporary
+/// files) and recycled files (spares) start with `.`; the cleaner leaves them out, and so
+/// does this.
 fn usage(dir: &Path) -> u64 {
     let Ok(buckets) = std::fs::read_dir(dir) else {
         return 0;
     };
+    let hidden = |name: &std::ffi::OsStr| name.as_encoded_bytes().starts_with(b".");
     buckets
         .flatten()
-        .filter(|b| b.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|b| !hidden(&b.file_name()) && b.file_type().is_ok_and(|t| t.is_dir()))
         .filter_map(|b| std::fs::read_dir(b.path()).ok())
         .flat_map(|files| files.flatten())
+        .filter(|f| !hidden(&f.file_name()))
         .filter_map(|f| f.metadata().ok())
         .filter(|m| m.is_file())
         .map(|m| m.len())
@@ -200,12 +205,21 @@ fn run(args: &Args) -> hicache::Result<bool> {
     let mut rss = Vec::new();
     let mut over_budget = 0u64;
     let mut samples = 0u64;
+    let mut peak: (u64, f64, Option<hicache::posix::CleanerPass>) = (0, 0.0, None);
     while started.elapsed() < Duration::from_secs(args.seconds) {
         std::thread::sleep(Duration::from_millis(250));
         let used = usage(&dir);
         samples += 1;
         if used > BUDGET {
             over_budget += 1;
+        }
+        if used > peak.0 {
+            // What the cleaner had last done when usage peaked: why a band was left, if it was.
+            let pass = hicache::posix::cleaner_of(&dir)
+                .ok()
+                .and_then(|seen| seen.record)
+                .and_then(|r| r.last_pass);
+            peak = (used, started.elapsed().as_secs_f64(), pass);
         }
         usage_pct.push(100.0 * used as f64 / BUDGET as f64);
         rss.push((started.elapsed().as_secs_f64(), rss_bytes()));
@@ -270,6 +284,15 @@ fn run(args: &Args) -> hicache::Result<bool> {
         "last_cleaner_pass": passes.map(|p| serde_json::json!({
             "pages": p.pages, "bytes": p.bytes, "duration_ms": p.duration_ms, "error": p.error,
         })),
+        "peak": {
+            "usage_pct": 100.0 * peak.0 as f64 / BUDGET as f64,
+            "at_s": peak.1,
+            "cleaner_pass_before": peak.2.map(|p| serde_json::json!({
+                "ended_unix_s": p.ended_unix_s, "need_bytes": p.need_bytes, "pages": p.pages,
+                "bytes": p.bytes, "duration_ms": p.duration_ms, "in_use": p.in_use,
+                "changed": p.changed, "stopped_at_recent": p.stopped_at_recent, "error": p.error,
+            })),
+        },
         "ok": ok,
     });
     println!(
