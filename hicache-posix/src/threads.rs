@@ -74,6 +74,24 @@ fn batch_limit(path: Option<&dyn DataPath>) -> usize {
     path.map_or(1, |p| p.batch_limit())
 }
 
+/// The next batch for a worker, or `None` once the engine is gone. A worker that finds the
+/// channel empty yields a few times before it sleeps: the next call of a caller with calls
+/// in flight usually arrives within microseconds, and a sleeping worker costs a futex wake
+/// (an inter-processor interrupt on a VM) to the sender and a context switch to itself.
+fn next_batch<T>(rx: &crossbeam_channel::Receiver<T>) -> Option<T> {
+    for _ in 0..SPIN_YIELDS {
+        match rx.try_recv() {
+            Ok(b) => return Some(b),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+            Err(crossbeam_channel::TryRecvError::Empty) => std::thread::yield_now(),
+        }
+    }
+    rx.recv().ok()
+}
+
+/// Times an idle worker yields before it sleeps.
+const SPIN_YIELDS: usize = 64;
+
 /// A pool of I/O threads fed by one multi-consumer channel.
 pub(crate) struct ThreadEngine {
     /// `None` once the engine is dropping: the workers see the channel close and exit.
@@ -110,7 +128,7 @@ impl ThreadEngine {
                     .name(format!("hicache-io-{n}"))
                     .spawn(move || {
                         // Ends when the engine drops its sender.
-                        for batch in rx {
+                        while let Some(batch) = next_batch(&rx) {
                             batch.work(&roots, &mut scratch, path.as_deref());
                         }
                     })
@@ -172,7 +190,7 @@ impl Drop for ThreadEngine {
 
 #[cfg(test)]
 mod tests {
-    use super::together;
+    use super::{next_batch, together};
 
     #[test]
     fn a_call_moves_in_as_few_batches_as_the_path_allows() {
@@ -181,5 +199,30 @@ mod tests {
         assert_eq!(together(128, 32), 32, "a whole call of 32 in one batch");
         assert_eq!(together(128, 3), 3);
         assert_eq!(together(0, 0), 1);
+    }
+
+    #[test]
+    fn an_idle_worker_takes_what_is_queued_waits_for_what_comes_and_ends_with_the_engine() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        tx.send(1).unwrap();
+        assert_eq!(next_batch(&rx), Some(1), "queued: taken at once");
+        // Sent long after the worker stopped yielding: it must still wake for it.
+        let late = std::thread::spawn({
+            let tx = tx.clone();
+            move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                tx.send(2).unwrap();
+            }
+        });
+        assert_eq!(next_batch(&rx), Some(2), "asleep: woken by the send");
+        late.join().unwrap();
+        tx.send(3).unwrap();
+        drop(tx);
+        assert_eq!(
+            next_batch(&rx),
+            Some(3),
+            "what was queued before the end still runs"
+        );
+        assert_eq!(next_batch(&rx), None, "the engine is gone: the worker ends");
     }
 }
