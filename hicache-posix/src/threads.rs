@@ -75,9 +75,9 @@ fn batch_limit(path: Option<&dyn DataPath>) -> usize {
 }
 
 /// The next batch for a worker, or `None` once the engine is gone. A worker that finds the
-/// channel empty yields a few times before it sleeps: the next call of a caller with calls
-/// in flight usually arrives within microseconds, and a sleeping worker costs a futex wake
-/// (an inter-processor interrupt on a VM) to the sender and a context switch to itself.
+/// channel empty yields up to [`SPIN_YIELDS`] times before it sleeps: the next call of a
+/// caller with calls in flight usually arrives within microseconds, and a sleeping worker
+/// costs the sender a futex wake and itself a context switch.
 fn next_batch<T>(rx: &crossbeam_channel::Receiver<T>) -> Option<T> {
     for _ in 0..SPIN_YIELDS {
         match rx.try_recv() {

@@ -287,11 +287,7 @@ fn run(args: &Args) -> hicache::Result<bool> {
         "peak": {
             "usage_pct": 100.0 * peak.0 as f64 / BUDGET as f64,
             "at_s": peak.1,
-            "cleaner_pass_before": peak.2.map(|p| serde_json::json!({
-                "ended_unix_s": p.ended_unix_s, "need_bytes": p.need_bytes, "pages": p.pages,
-                "bytes": p.bytes, "duration_ms": p.duration_ms, "in_use": p.in_use,
-                "changed": p.changed, "stopped_at_recent": p.stopped_at_recent, "error": p.error,
-            })),
+            "cleaner_pass_before": peak.2,
         },
         "ok": ok,
     });
