@@ -12,9 +12,10 @@
 //!   and modification times, whichever process read or wrote it.
 //! - **A pass.** Dirs at their limit ([`CleanerSettings::need`]) are found first; only then
 //!   (or with a byte budget, which needs the count) every bucket dir of every storage dir
-//!   is listed. Objects in scope group by page ([`page_group`]), least recently used page
-//!   first; each group is removed whole ([`hicache_core::capacity::page_group`]) (its `_k`/`_v` halves too, even in a dir that is
-//!   not at its limit), until every dir this cleaner holds is back at its low watermark.
+//!   is listed. Objects in scope group by page
+//!   ([`page_group`](hicache_core::capacity::page_group)), least recently used page first;
+//!   each group is removed whole (its `_k`/`_v` halves too, even in a dir that is not at
+//!   its limit), until every dir this cleaner holds is back at its low watermark.
 //! - **What is never removed.** Anything but a regular file with an object's name in a
 //!   bucket dir (temporary and spare files start with `.`; links, dirs and the root's own
 //!   files are not looked at); a page used within `min_age`; a page whose read this

@@ -13,7 +13,7 @@ use crate::protocol::{OpKind, Outcome};
 use crate::root::{IoFailure, Root};
 
 impl Op {
-    /// Reads the results of [`Op::steps`] (one per step, in order; [`NOT_RUN`] for those
+    /// Reads the results of [`Op::steps`] (one per step, in order; [`NOT_RUN`](super::NOT_RUN) for those
     /// that did not run) and decides what comes next. `iov` is the caller's iovecs.
     pub(crate) fn advance(&mut self, root: &Root, iov: &[libc::iovec], res: &[i64]) -> Next {
         let steps = self.steps();
