@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 pub use crate::region_id::RegionId;
 
 mod aligned;
+mod anonymous;
 mod shared;
 
 pub use aligned::{AlignedBuf, align_up, check_aligned};

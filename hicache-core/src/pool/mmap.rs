@@ -3,22 +3,21 @@
 
 use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::memory::{MemKind, MemoryRegion, SharedFile};
+use crate::memory::{MemoryRegion, SharedFile};
 
 use super::{HostPool, PoolGeometry};
-
-/// Anonymous mmap that is unmapped when the last region referencing it goes.
-struct Mapping {
-    _map: memmap2::MmapMut,
-}
 
 /// A host pool in an anonymous, page-aligned, pre-faulted mmap (SGLang's `alloc_mmap`).
 ///
 /// Pre-faulting (`MADV_POPULATE_WRITE`, or touching every page) keeps first-touch faults out
-/// of transfers and benchmarks. Its bytes are reached only through its one
+/// of transfers and benchmarks. [`MmapPool::new`] asks for transparent huge pages first
+/// (`MADV_HUGEPAGE`): a direct-I/O transfer hands the device one segment per physically
+/// contiguous run, and on a virtio disk 2 MiB pages made O_DIRECT transfers much faster than
+/// 4 KiB ones (figures at [`MemoryRegion::anonymous_host`]). A [shared](MmapPool::shared)
+/// pool is a tmpfs file, whose huge pages the system's `shmem_enabled` setting governs; it
+/// is not advised. Its bytes are reached only through its one
 /// [`MemoryRegion`], so [`MmapPool::write_bytes`] and [`MmapPool::read_bytes`] pin what they
 /// touch and fail with [`Error::MemoryBusy`] rather than race a transfer.
 pub struct MmapPool {
@@ -40,33 +39,14 @@ impl fmt::Debug for MmapPool {
 }
 
 impl MmapPool {
-    /// Maps and pre-faults a zeroed pool for `geometry`.
+    /// Maps and pre-faults a zeroed pool for `geometry` ([`MemoryRegion::anonymous_host`]:
+    /// transparent huge pages where the kernel gives them).
     pub fn new(geometry: PoolGeometry) -> Result<Self> {
-        let len = usize::try_from(geometry.pool_bytes()).map_err(|_| Error::InvalidPool {
-            reason: format!(
-                "a pool of {} bytes does not fit the address space",
-                geometry.pool_bytes()
-            ),
+        let bytes = geometry.pool_bytes();
+        usize::try_from(bytes).map_err(|_| Error::InvalidPool {
+            reason: format!("a pool of {bytes} bytes does not fit the address space"),
         })?;
-        let mut map = memmap2::MmapOptions::new()
-            .len(len)
-            .map_anon()
-            .map_err(|e| Error::InvalidPool {
-                reason: format!("mmap of {len} bytes failed: {e}"),
-            })?;
-        crate::memory::prefault(&mut map);
-        let addr = map.as_mut_ptr();
-        // SAFETY: the mapping is `len` bytes, lives as long as the region's owner (the map
-        // itself), and no reference to it is kept: the map moves into the region and every
-        // access goes through the region's pins.
-        let region = unsafe {
-            MemoryRegion::with_owner(
-                addr,
-                len as u64,
-                MemKind::Host,
-                Arc::new(Mapping { _map: map }),
-            )
-        };
+        let region = MemoryRegion::anonymous_host(bytes)?;
         Ok(MmapPool { geometry, region })
     }
 
