@@ -529,7 +529,47 @@ fn memory_step(opts: &DoctorOptions) -> Step {
             "check the host pool size by hand",
         ),
     }
+    check_huge_pages(
+        &mut step,
+        std::fs::read_to_string(THP_ENABLED).ok().as_deref(),
+    );
     step
+}
+
+/// The kernel's transparent huge page mode, `[mode]` among the choices.
+const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+
+/// The selected mode in the text of [`THP_ENABLED`] (`always [madvise] never` → `madvise`).
+fn selected_mode(text: &str) -> Option<&str> {
+    let (_, rest) = text.split_once('[')?;
+    let (mode, _) = rest.split_once(']')?;
+    (!mode.is_empty() && mode.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .then_some(mode)
+}
+
+/// Whether the pools hicache allocates can get huge pages: direct I/O hands the device one
+/// segment per physically contiguous run, and 4 KiB pages made O_DIRECT transfers much
+/// slower on a virtio disk (see `MemoryRegion::anonymous_host`). `text`: [`THP_ENABLED`].
+fn check_huge_pages(step: &mut Step, text: Option<&str>) {
+    let Some(text) = text else {
+        step.details.push(format!(
+            "transparent huge pages: not offered by this kernel ({THP_ENABLED} is missing); pools hicache allocates use 4 KiB pages"
+        ));
+        return;
+    };
+    match selected_mode(text) {
+        Some(mode @ ("always" | "madvise")) => step.details.push(format!(
+            "transparent huge pages: {mode} (pools hicache allocates ask for them)"
+        )),
+        Some("never") => step.warn(
+            "transparent huge pages are off (`never`): pools hicache allocates keep 4 KiB pages, and direct I/O from them hands the device a segment per page".into(),
+            format!("`echo madvise > {THP_ENABLED}` (as root): hicache's pools ask for huge pages themselves"),
+        ),
+        _ => step.warn(
+            format!("cannot tell the transparent huge page mode from {THP_ENABLED}: {:?}", text.trim()),
+            "check the setting by hand; pools hicache allocates ask for huge pages where the kernel allows",
+        ),
+    }
 }
 
 async fn round_trip_step(
@@ -608,5 +648,50 @@ pub fn label(s: Status) -> &'static str {
         Status::Pass => "PASS",
         Status::Warn => "WARN",
         Status::Fail => "FAIL",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_huge_page_mode_is_read_from_the_kernels_text_and_nothing_else() {
+        assert_eq!(selected_mode("always [madvise] never\n"), Some("madvise"));
+        assert_eq!(selected_mode("[always] madvise never"), Some("always"));
+        assert_eq!(selected_mode("always madvise [never]"), Some("never"));
+        for hostile in [
+            "",
+            "madvise",
+            "[",
+            "]",
+            "[]",
+            "[mad vise]",
+            "[\u{1b}[31m]",
+            "x]y[z",
+        ] {
+            assert_eq!(selected_mode(hostile), None, "{hostile:?}");
+        }
+    }
+
+    #[test]
+    fn huge_pages_off_or_unknown_warn_with_a_fix_and_on_is_a_detail() {
+        let step_for = |text: Option<&str>| {
+            let mut step = Step::new("memory");
+            check_huge_pages(&mut step, text);
+            step
+        };
+        let on = step_for(Some("always [madvise] never"));
+        assert_eq!(on.status, Status::Pass);
+        assert!(on.details[0].contains("madvise"), "{on:?}");
+        let off = step_for(Some("always madvise [never]"));
+        assert_eq!(off.status, Status::Warn);
+        assert!(off.fixes[0].contains("echo madvise"), "{off:?}");
+        let garbled = step_for(Some("\u{0}\u{0}garbage"));
+        assert_eq!(garbled.status, Status::Warn);
+        assert!(garbled.details[0].contains("garbage"), "{garbled:?}");
+        let missing = step_for(None);
+        assert_eq!(missing.status, Status::Pass);
+        assert!(missing.details[0].contains("4 KiB"), "{missing:?}");
     }
 }
