@@ -188,7 +188,7 @@ fn best_mode(
     pick: impl Fn(&nixl::ModeRun) -> Vec<f64>,
 ) -> (Value, f64) {
     let mut best = (Value::Null, f64::NAN);
-    for (m, mode) in nixl::MODES.iter().enumerate() {
+    for (m, (mode, _)) in nixl::VARIANTS.iter().enumerate() {
         let samples: Vec<f64> = per_mode
             .iter()
             .filter_map(|runs| runs.get(m))
@@ -259,6 +259,7 @@ fn transfer_case(
                 inflight: IN_FLIGHT,
                 rounds: ROUNDS,
                 query: false,
+                memories: &[nixl::Memory::Script, nixl::Memory::HugePages],
             };
             match nixl::run(py, &request) {
                 Ok(modes) => nixl_runs.push(modes),
@@ -273,10 +274,10 @@ fn transfer_case(
     let (p_w, p_r) = (med(&raw_publish.write), med(&raw_publish.read));
     let (w_mode, n_w) = best_mode(&nixl_runs, |m| m.write.clone());
     let (r_mode, n_r) = best_mode(&nixl_runs, |m| m.read.clone());
-    let nixl_samples: Value = nixl::MODES
+    let nixl_samples: Value = nixl::VARIANTS
         .iter()
         .enumerate()
-        .map(|(i, mode)| {
+        .map(|(i, (mode, _))| {
             let runs = nixl_runs.iter().filter_map(|r| r.get(i));
             let write: Vec<f64> = runs.clone().flat_map(|r| r.write.clone()).collect();
             let read: Vec<f64> = runs.flat_map(|r| r.read.clone()).collect();
@@ -362,6 +363,8 @@ fn exists_case(run: &Run, fs: &Fs, pages: u64) -> Result<Value, String> {
                 inflight: 1,
                 rounds: 1,
                 query: true,
+                // Asking for names moves no page: the buffers' memory does not matter.
+                memories: &[nixl::Memory::Script],
             };
             match nixl::run(py, &request) {
                 Ok(modes) => nixl_runs.push(modes),

@@ -1,5 +1,6 @@
 //! NIXL's POSIX plugin at its best: `../shared/baselines/nixl_posix_bench.py` in a venv with
-//! `nixl-cu12`, both its `uring` and `aio` modes, the same pages in flight as hicache.
+//! `nixl-cu12`, both its `uring` and `aio` modes, the same pages in flight as hicache, with
+//! its buffers as the script allocates them and in huge pages (see [`Memory`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -7,8 +8,52 @@ use std::process::Command;
 use super::failure;
 use crate::root;
 
-/// The modes the baseline runs each time; the case reports the better one per figure.
-pub(super) const MODES: [&str; 2] = ["uring", "aio"];
+/// The modes the script runs in one process.
+const MODES: [&str; 2] = ["uring", "aio"];
+
+/// The memory the script's buffers are in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Memory {
+    /// As the script allocates them: `mmap.mmap(-1, n)`, a shared anonymous mapping, whose
+    /// pages are tmpfs pages (4 KiB where `shmem_enabled` is `never`).
+    Script,
+    /// Private anonymous mappings advised for transparent huge pages, the memory of hicache's
+    /// pool (`MemoryRegion::anonymous_host`) and of the raw loops: the script runs unchanged
+    /// behind [`HUGE_PAGES`], which makes its `mmap.mmap(-1, n)` calls so. On a virtio disk
+    /// direct I/O from huge pages was much faster, for NIXL too.
+    HugePages,
+}
+
+/// Every variant the baseline runs: each mode in each memory. The case reports the best one
+/// per figure.
+pub(super) const VARIANTS: [(&str, Memory); 4] = [
+    ("uring", Memory::Script),
+    ("aio", Memory::Script),
+    ("uring+hugepages", Memory::HugePages),
+    ("aio+hugepages", Memory::HugePages),
+];
+
+/// Runs the script (`argv[1]`, its arguments after it) with its anonymous `mmap.mmap`
+/// buffers made private and advised for huge pages before their first touch.
+const HUGE_PAGES: &str = r#"
+import mmap, runpy, sys
+_mmap = mmap.mmap
+class _HugePages(_mmap):
+    def __new__(cls, fileno, length, *args, **kwargs):
+        anonymous = fileno == -1 and not args and "flags" not in kwargs
+        if anonymous:
+            kwargs["flags"] = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+        m = _mmap.__new__(cls, fileno, length, *args, **kwargs)
+        if anonymous:
+            try:
+                m.madvise(mmap.MADV_HUGEPAGE)
+            except (AttributeError, OSError):
+                pass  # no transparent huge pages here: base pages, as hicache's pool gets
+        return m
+mmap.mmap = _HugePages
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"#;
 
 /// Creates the NIXL venv if needed; returns its python or why it cannot.
 pub(super) fn python() -> Result<PathBuf, String> {
@@ -63,16 +108,36 @@ pub(super) struct Request<'a> {
     pub(super) rounds: usize,
     /// Also time `query_memory` (SGLang's `batch_exists` through NIXL), `batch` keys a call.
     pub(super) query: bool,
+    /// The memories to run in, each a run of the script in every mode.
+    pub(super) memories: &'a [Memory],
 }
 
-/// Runs the baseline once in every mode of [`MODES`]; per-round GB/s per mode, in order.
+/// Runs the baseline once in every mode of each memory the request names; per-round GB/s
+/// per variant, in [`VARIANTS`] order (empty for a memory not asked for).
 pub(super) fn run(python: &Path, r: &Request) -> Result<Vec<ModeRun>, String> {
+    let mut runs = Vec::new();
+    for (i, (_, memory)) in VARIANTS.iter().enumerate().step_by(MODES.len()) {
+        if r.memories.contains(memory) {
+            runs.extend(run_in(python, r, *memory)?);
+        } else {
+            runs.extend((0..MODES.len()).map(|_| ModeRun::default()));
+        }
+        debug_assert_eq!(runs.len(), i + MODES.len());
+    }
+    Ok(runs)
+}
+
+/// One run of the script, its buffers in `memory`: a [`ModeRun`] per mode of [`MODES`].
+fn run_in(python: &Path, r: &Request, memory: Memory) -> Result<Vec<ModeRun>, String> {
     let script = root()
         .join("..")
         .join("shared")
         .join("baselines")
         .join("nixl_posix_bench.py");
     let mut cmd = Command::new(python);
+    if memory == Memory::HugePages {
+        cmd.args(["-c", HUGE_PAGES]);
+    }
     cmd.arg(&script)
         .args(["--pages", &r.pages.to_string()])
         .args(["--page-size", &r.page_bytes.to_string()])
@@ -88,7 +153,7 @@ pub(super) fn run(python: &Path, r: &Request) -> Result<Vec<ModeRun>, String> {
     }
     let out = cmd.output().map_err(|e| e.to_string())?;
     if !out.status.success() {
-        return Err(failure(&out));
+        return Err(format!("{memory:?} memory: {}", failure(&out)));
     }
     parse(&String::from_utf8_lossy(&out.stdout), r.rounds)
 }
@@ -175,5 +240,56 @@ aio          0.50   0.60                      0.70   0.80                   OK
         );
         assert!(parse(OUTPUT, 3).unwrap_err().contains("cannot parse"));
         assert!(parse("", 2).is_err());
+    }
+
+    /// The prelude runs the script with its arguments, and the script's anonymous buffer is
+    /// then private and advised for huge pages; without it, the buffer is shared.
+    #[test]
+    fn the_huge_pages_prelude_changes_only_the_scripts_buffers() {
+        let dir =
+            std::env::temp_dir().join(format!("hicache-xtask-prelude-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let probe = dir.join("probe.py");
+        std::fs::write(
+            &probe,
+            r#"
+import ctypes, mmap, sys
+m = mmap.mmap(-1, 4 << 20)
+m[0] = 1
+addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+inside = False
+for line in open("/proc/self/smaps"):
+    head = line.split()
+    if "-" in head[0] and len(head) > 1 and len(head[1]) == 4:
+        lo, hi = (int(x, 16) for x in head[0].split("-"))
+        inside = lo <= addr < hi
+        if inside:
+            perms = head[1]
+    elif inside and line.startswith("VmFlags:"):
+        print(perms, "hg" in line.split()[1:], " ".join(sys.argv[1:]))
+        break
+"#,
+        )
+        .unwrap();
+        let run = |prelude: bool| {
+            let mut cmd = Command::new("python3");
+            if prelude {
+                cmd.args(["-c", HUGE_PAGES]);
+            }
+            let out = cmd.arg(&probe).args(["--pages", "4"]).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        let plain = run(false);
+        let huge = run(true);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(plain.starts_with("rw-s False --pages 4"), "{plain}");
+        let thp = std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
+        let want = format!("rw-p {} --pages 4", if thp { "True" } else { "False" });
+        assert_eq!(huge, want);
     }
 }
