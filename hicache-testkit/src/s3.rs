@@ -251,7 +251,23 @@ impl S3Server {
     }
 
     /// Creates a bucket (an unsigned PUT for moto, a directory for s3s-fs).
+    /// The name must be a valid S3 bucket name (3–63 of `a-z`, `0-9`, `.` and `-`, starting
+    /// and ending with a letter or digit): anything else is refused before it reaches a
+    /// request line or a path.
     pub fn create_bucket(&self, bucket: &str) -> std::io::Result<()> {
+        let edge = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        let valid = (3..=63).contains(&bucket.len())
+            && bucket
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+            && edge(bucket.bytes().next())
+            && edge(bucket.bytes().last());
+        if !valid {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidInput,
+                format!("{bucket:?} is not an S3 bucket name (3-63 of a-z, 0-9, '.', '-')"),
+            ));
+        }
         match self.kind {
             S3Kind::S3sFs => {
                 std::fs::create_dir_all(self.root.as_ref().expect("root").path().join(bucket))
@@ -303,6 +319,42 @@ fn listening_inode(port: u16) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bucket_name_that_could_leave_the_root_or_the_request_line_is_refused() {
+        let server = S3Server {
+            kind: S3Kind::S3sFs,
+            binary: PathBuf::from("/nonexistent"),
+            port: 0,
+            child: None,
+            root: Some(tempfile::tempdir().unwrap()),
+        };
+        for bad in [
+            "..",
+            "../escape",
+            "a/b",
+            "ab\r\nHost: x",
+            "",
+            "x",
+            "Upper",
+            "-ab",
+            "ab-",
+            &"a".repeat(64),
+        ] {
+            let err = server.create_bucket(bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput, "{bad:?}");
+        }
+        server.create_bucket("hicache-test.1").unwrap();
+        assert!(
+            server
+                .root
+                .as_ref()
+                .unwrap()
+                .path()
+                .join("hicache-test.1")
+                .is_dir()
+        );
+    }
 
     #[test]
     fn the_listening_socket_of_a_port_is_found_among_its_owners_descriptors() {

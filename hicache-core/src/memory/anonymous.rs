@@ -95,8 +95,15 @@ mod tests {
     }
 
     #[test]
-    fn a_length_beyond_the_address_space_is_a_typed_error() {
-        let err = MemoryRegion::anonymous_host(u64::MAX).unwrap_err();
-        assert!(matches!(err, Error::InvalidPool { .. }), "{err}");
+    fn lengths_the_kernel_cannot_map_are_typed_errors_and_zero_is_empty() {
+        for len in [u64::MAX, 1 << 60] {
+            let err = MemoryRegion::anonymous_host(len).unwrap_err();
+            assert!(matches!(err, Error::InvalidPool { .. }), "{len}: {err}");
+            assert!(err.to_string().contains(&len.to_string()), "{err}");
+        }
+        match MemoryRegion::anonymous_host(0) {
+            Ok(region) => assert_eq!(region.len(), 0),
+            Err(err) => assert!(matches!(err, Error::InvalidPool { .. }), "{err}"),
+        }
     }
 }
