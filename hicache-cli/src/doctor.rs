@@ -547,27 +547,28 @@ fn selected_mode(text: &str) -> Option<&str> {
         .then_some(mode)
 }
 
-/// Whether the pools hicache allocates can get huge pages: direct I/O hands the device one
-/// segment per physically contiguous run, and 4 KiB pages made O_DIRECT transfers much
-/// slower on a virtio disk (see `MemoryRegion::anonymous_host`). `text`: [`THP_ENABLED`].
+/// Whether pools that direct I/O moves can get huge pages (`HostPages::Huge`, which
+/// `hicache bench` uses for them): direct I/O hands the device one segment per physically
+/// contiguous run, and 4 KiB pages made O_DIRECT transfers much slower on a virtio disk.
+/// `text`: [`THP_ENABLED`].
 fn check_huge_pages(step: &mut Step, text: Option<&str>) {
     let Some(text) = text else {
         step.details.push(format!(
-            "transparent huge pages: not offered by this kernel ({THP_ENABLED} is missing); pools hicache allocates use 4 KiB pages"
+            "transparent huge pages: not offered by this kernel ({THP_ENABLED} is missing); pools made for direct I/O keep 4 KiB pages"
         ));
         return;
     };
     match selected_mode(text) {
         Some(mode @ ("always" | "madvise")) => step.details.push(format!(
-            "transparent huge pages: {mode} (pools hicache allocates ask for them)"
+            "transparent huge pages: {mode} (pools made for direct I/O, `HostPages::Huge`, ask for them)"
         )),
         Some("never") => step.warn(
-            "transparent huge pages are off (`never`): pools hicache allocates keep 4 KiB pages, and direct I/O from them hands the device a segment per page".into(),
-            format!("`echo madvise > {THP_ENABLED}` (as root): hicache's pools ask for huge pages themselves"),
+            "transparent huge pages are off (`never`): pools made for direct I/O (`HostPages::Huge`) keep 4 KiB pages, and direct I/O from them hands the device a segment per page".into(),
+            format!("`echo madvise > {THP_ENABLED}` (as root): such pools ask for huge pages themselves"),
         ),
         _ => step.warn(
             format!("cannot tell the transparent huge page mode from {THP_ENABLED}: {:?}", text.trim()),
-            "check the setting by hand; pools hicache allocates ask for huge pages where the kernel allows",
+            "check the setting by hand; pools made for direct I/O ask for huge pages where the kernel allows",
         ),
     }
 }

@@ -358,6 +358,7 @@ fn bench_verifies_every_byte() {
         keep: false,
         progress: false,
         shared_pool: false,
+        memory_fs: false,
     };
     let report = tokio::runtime::Runtime::new()
         .unwrap()
@@ -535,6 +536,7 @@ fn bench_counts_only_successful_pages_and_names_the_first_failures() {
         keep: false,
         progress: false,
         shared_pool: false,
+        memory_fs: false,
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let report = rt

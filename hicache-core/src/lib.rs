@@ -44,7 +44,7 @@ pub use display::ByteSize;
 pub use envelope::PageFormat;
 pub use error::{Component, Error, Result};
 pub use key::{NamingScheme, PageKey, StorageIdentity};
-pub use memory::{MemKind, MemoryOwner, MemoryRegion, SHM_DIR, SharedFile};
+pub use memory::{HostPages, MemKind, MemoryOwner, MemoryRegion, SHM_DIR, SharedFile};
 pub use memory_backend::MemoryBackend;
 pub use pool::{
     AnchorPool, AttentionKind, BufferLayout, Dtype, HostPool, Layout, MAX_POOL_NAME_LEN,

@@ -42,6 +42,9 @@ pub struct BenchOptions {
     pub progress: bool,
     /// Allocate the host pool in a shared-memory file (`MmapPool::shared`).
     pub shared_pool: bool,
+    /// The storage is on a memory filesystem ([`memory_fs`](super::memory_fs)): the pool
+    /// then keeps base pages even under direct I/O ([`pool_pages`](super::pool_pages)).
+    pub memory_fs: bool,
 }
 
 /// Runs `calls` batches with `streams` in flight; returns per-batch latencies and failures.
@@ -133,10 +136,11 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
         reason: format!("{pages} pages (twice over, for the read-back region) overflow 64 bits"),
     })?;
     let geometry = opts.geometry.with_pages(pool_pages)?;
+    let pages_kind = super::pool_pages(cache.backend_info().capability.direct_io, opts.memory_fs);
     let pool = Arc::new(if opts.shared_pool {
         MmapPool::shared(geometry)?
     } else {
-        MmapPool::new(geometry)?
+        MmapPool::with_pages(geometry, pages_kind)?
     });
     let report = cache.register_pool(pool.clone())?;
     let page_bytes = geometry.page_bytes();

@@ -83,6 +83,11 @@ pub(crate) fn bench(
             ))?
         }
         None => {
+            let memory_fs = config
+                .storage_dirs
+                .value
+                .first()
+                .is_some_and(|dir| crate::bench::memory_fs(dir));
             let registry = cx.registry(&config)?;
             let cache = std::sync::Arc::new(hicache::HiCache::open(
                 &registry,
@@ -101,6 +106,7 @@ pub(crate) fn bench(
                 keep: args.keep,
                 progress: true,
                 shared_pool: args.shared_pool,
+                memory_fs,
             };
             runtime()?.block_on(crate::bench::run(cache, &opts))?
         }

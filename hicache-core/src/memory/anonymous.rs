@@ -1,5 +1,5 @@
-//! Anonymous host memory for pools and buffers that direct I/O moves: mapped, offered to
-//! transparent huge pages, and faulted in before any transfer.
+//! Anonymous host memory for pools and buffers: mapped, in the pages asked for, and faulted
+//! in before any transfer.
 
 use std::sync::Arc;
 
@@ -11,22 +11,37 @@ struct Mapping {
     _map: memmap2::MmapMut,
 }
 
+/// The pages anonymous host memory asks for: the choice depends on how its bytes will move.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HostPages {
+    /// Base pages (4 KiB), as the kernel gives by default: for memory whose bytes the kernel
+    /// copies (buffered I/O, and any I/O to a memory filesystem such as tmpfs).
+    #[default]
+    Base,
+    /// Transparent huge pages (`MADV_HUGEPAGE` before the first fault), where the kernel
+    /// gives them: for memory that direct I/O moves to and from a device.
+    ///
+    /// A direct-I/O transfer pins the pages it moves and hands each physically contiguous
+    /// run to the device as one segment. In a pre-faulted mapping of 4 KiB pages most 1 MiB
+    /// ranges were 256 runs; a 2 MiB page is one. On a virtio disk that made O_DIRECT
+    /// transfers much faster (`hicache bench`, ext4, 64 pages of 8 MiB, medians of 3
+    /// interleaved runs: writes 4.11 against 2.80 GB/s, reads 2.71 against 2.31). Where the
+    /// kernel copies the bytes they did not help and could hurt: on tmpfs, where even O_DIRECT
+    /// is a copy, hicache ran slower from huge pages (512 pages of 1 MiB, medians of 4
+    /// interleaved runs: 6.75 / 7.14 GB/s written / read against 8.38 / 10.16), while the
+    /// raw loop stayed level. So they are not the default.
+    ///
+    /// It is advice: where transparent huge pages are `never`, or none can be had, the
+    /// memory keeps base pages and works the same. With `defrag = madvise` (a common
+    /// default) the kernel may compact memory to fault huge pages in, a one-time cost at
+    /// allocation, which pre-faulting keeps out of transfers.
+    Huge,
+}
+
 impl MemoryRegion {
-    /// `len` zeroed bytes of anonymous host memory, page-aligned and pre-faulted, asked to be
-    /// backed by transparent huge pages (`MADV_HUGEPAGE`, before the first fault).
+    /// `len` zeroed bytes of anonymous host memory in `pages`, page-aligned and pre-faulted.
     /// [`MmapPool`](crate::MmapPool) is one of these.
-    ///
-    /// Why huge pages: a direct-I/O transfer pins the pages it moves and hands each
-    /// physically contiguous run to the device as one segment. In a pre-faulted mapping of
-    /// 4 KiB pages most 1 MiB ranges were 256 runs; a 2 MiB page is one. On a virtio disk
-    /// that made O_DIRECT transfers much faster (`hicache bench`, ext4, 64 pages of 8 MiB,
-    /// medians of 3 interleaved runs: writes 4.11 against 2.80 GB/s, reads 2.71 against 2.31).
-    ///
-    /// It is advice: where transparent huge pages are `never`, or none can be had, the memory
-    /// keeps 4 KiB pages and works the same. With `defrag = madvise` (a common default) the
-    /// kernel may compact memory to fault huge pages in, a one-time cost here, which
-    /// pre-faulting keeps out of transfers.
-    pub fn anonymous_host(len: u64) -> Result<Self> {
+    pub fn anonymous_host(len: u64, pages: HostPages) -> Result<Self> {
         let bytes = usize::try_from(len).map_err(|_| Error::InvalidPool {
             reason: format!("{len} bytes of host memory do not fit the address space"),
         })?;
@@ -36,7 +51,9 @@ impl MemoryRegion {
             .map_err(|e| Error::InvalidPool {
                 reason: format!("mmap of {len} bytes failed: {e}"),
             })?;
-        advise_huge_pages(&map);
+        if pages == HostPages::Huge {
+            advise_huge_pages(&map);
+        }
         prefault(&mut map);
         let addr = map.as_mut_ptr();
         // SAFETY: the mapping is `len` bytes, lives as long as the region's owner (the map
@@ -49,7 +66,7 @@ impl MemoryRegion {
 }
 
 /// Asks the kernel to back a fresh mapping with transparent huge pages (see
-/// [`MemoryRegion::anonymous_host`]); a refusal leaves it with base pages.
+/// [`HostPages::Huge`]); a refusal leaves it with base pages.
 fn advise_huge_pages(map: &memmap2::MmapMut) {
     #[cfg(all(target_os = "linux", not(miri)))]
     if let Err(e) = map.advise(memmap2::Advice::HugePage) {
@@ -82,26 +99,27 @@ mod tests {
     }
 
     #[test]
-    fn anonymous_host_memory_asks_for_huge_pages_and_starts_zeroed() {
-        let region = MemoryRegion::anonymous_host(4 << 20).unwrap();
-        let flags = vm_flags(region.addr());
+    fn huge_pages_are_asked_for_only_when_chosen_and_memory_starts_zeroed() {
         let thp = std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
-        assert!(
-            !thp || flags.split_whitespace().any(|f| f == "hg"),
-            "no MADV_HUGEPAGE on the mapping: VmFlags{flags}"
-        );
-        let src = region.source(0, 4 << 20, "test").unwrap();
-        assert!(src.host_bytes().unwrap().iter().all(|&b| b == 0));
+        for pages in [HostPages::Base, HostPages::Huge] {
+            let region = MemoryRegion::anonymous_host(4 << 20, pages).unwrap();
+            let flags = vm_flags(region.addr());
+            let advised = flags.split_whitespace().any(|f| f == "hg");
+            let want = thp && pages == HostPages::Huge;
+            assert_eq!(advised, want, "{pages:?}: VmFlags{flags}");
+            let src = region.source(0, 4 << 20, "test").unwrap();
+            assert!(src.host_bytes().unwrap().iter().all(|&b| b == 0));
+        }
     }
 
     #[test]
     fn lengths_the_kernel_cannot_map_are_typed_errors_and_zero_is_empty() {
         for len in [u64::MAX, 1 << 60] {
-            let err = MemoryRegion::anonymous_host(len).unwrap_err();
+            let err = MemoryRegion::anonymous_host(len, HostPages::Huge).unwrap_err();
             assert!(matches!(err, Error::InvalidPool { .. }), "{len}: {err}");
             assert!(err.to_string().contains(&len.to_string()), "{err}");
         }
-        match MemoryRegion::anonymous_host(0) {
+        match MemoryRegion::anonymous_host(0, HostPages::Base) {
             Ok(region) => assert_eq!(region.len(), 0),
             Err(err) => assert!(matches!(err, Error::InvalidPool { .. }), "{err}"),
         }

@@ -25,6 +25,7 @@ mod anonymous;
 mod shared;
 
 pub use aligned::{AlignedBuf, align_up, check_aligned};
+pub use anonymous::HostPages;
 pub(crate) use shared::prefault;
 pub use shared::{SHM_DIR, SharedFile};
 

@@ -5,19 +5,18 @@ use std::fmt;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::memory::{MemoryRegion, SharedFile};
+use crate::memory::{HostPages, MemoryRegion, SharedFile};
 
 use super::{HostPool, PoolGeometry};
 
 /// A host pool in an anonymous, page-aligned, pre-faulted mmap (SGLang's `alloc_mmap`).
 ///
 /// Pre-faulting (`MADV_POPULATE_WRITE`, or touching every page) keeps first-touch faults out
-/// of transfers and benchmarks. [`MmapPool::new`] asks for transparent huge pages first
-/// (`MADV_HUGEPAGE`): a direct-I/O transfer hands the device one segment per physically
-/// contiguous run, and on a virtio disk 2 MiB pages made O_DIRECT transfers much faster than
-/// 4 KiB ones (figures at [`MemoryRegion::anonymous_host`]). A [shared](MmapPool::shared)
-/// pool is a tmpfs file, whose huge pages the system's `shmem_enabled` setting governs; it
-/// is not advised. Its bytes are reached only through its one
+/// of transfers and benchmarks. [`MmapPool::with_pages`] picks the page size: huge pages for
+/// a pool that direct I/O moves to a device, base pages where the kernel copies the bytes
+/// (see [`HostPages`] for what each did on a virtio disk and on tmpfs). A
+/// [shared](MmapPool::shared) pool is a tmpfs file, whose huge pages the system's
+/// `shmem_enabled` setting governs. Its bytes are reached only through its one
 /// [`MemoryRegion`], so [`MmapPool::write_bytes`] and [`MmapPool::read_bytes`] pin what they
 /// touch and fail with [`Error::MemoryBusy`] rather than race a transfer.
 pub struct MmapPool {
@@ -39,14 +38,20 @@ impl fmt::Debug for MmapPool {
 }
 
 impl MmapPool {
-    /// Maps and pre-faults a zeroed pool for `geometry` ([`MemoryRegion::anonymous_host`]:
-    /// transparent huge pages where the kernel gives them).
+    /// Maps and pre-faults a zeroed pool for `geometry` in base pages.
     pub fn new(geometry: PoolGeometry) -> Result<Self> {
+        Self::with_pages(geometry, HostPages::Base)
+    }
+
+    /// As [`new`](Self::new), in `pages`: [`HostPages::Huge`] for a pool that direct I/O
+    /// moves to and from a device, [`HostPages::Base`] for one whose bytes the kernel copies
+    /// (buffered I/O, a memory filesystem).
+    pub fn with_pages(geometry: PoolGeometry, pages: HostPages) -> Result<Self> {
         let bytes = geometry.pool_bytes();
         usize::try_from(bytes).map_err(|_| Error::InvalidPool {
             reason: format!("a pool of {bytes} bytes does not fit the address space"),
         })?;
-        let region = MemoryRegion::anonymous_host(bytes)?;
+        let region = MemoryRegion::anonymous_host(bytes, pages)?;
         Ok(MmapPool { geometry, region })
     }
 

@@ -17,10 +17,11 @@ pub(super) enum Memory {
     /// As the script allocates them: `mmap.mmap(-1, n)`, a shared anonymous mapping, whose
     /// pages are tmpfs pages (4 KiB where `shmem_enabled` is `never`).
     Script,
-    /// Private anonymous mappings advised for transparent huge pages, the memory of hicache's
-    /// pool (`MemoryRegion::anonymous_host`) and of the raw loops: the script runs unchanged
-    /// behind [`HUGE_PAGES`], which makes its `mmap.mmap(-1, n)` calls so. On a virtio disk
-    /// direct I/O from huge pages was much faster, for NIXL too.
+    /// Private anonymous mappings advised for transparent huge pages, the memory `hicache
+    /// bench` gives its pool and the raw loops for direct I/O to a device: the script
+    /// runs unchanged behind [`HUGE_PAGES`], which makes its `mmap.mmap(-1, n)` calls so. On
+    /// a virtio disk direct I/O from huge pages was much faster, for NIXL too; on tmpfs,
+    /// where the kernel copies, NIXL's best figures came from its script's buffers.
     HugePages,
 }
 
@@ -48,7 +49,7 @@ class _HugePages(_mmap):
             try:
                 m.madvise(mmap.MADV_HUGEPAGE)
             except (AttributeError, OSError):
-                pass  # no transparent huge pages here: base pages, as hicache's pool gets
+                pass  # no transparent huge pages here: base pages, as hicache's pool then gets
         return m
 mmap.mmap = _HugePages
 sys.argv = sys.argv[1:]
