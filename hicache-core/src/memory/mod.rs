@@ -91,6 +91,10 @@ struct PinSet {
     next: u64,
     /// Longest range ever pinned: bounds how far back an overlapping range may start.
     longest: u64,
+    /// Threads blocked in [`MemoryRegion::wait_idle_blocking`]. The last unpin notifies the
+    /// condvar only when there are some: std's `Condvar::notify_all` makes a system call
+    /// whether or not anyone waits, and a staging region goes idle once per page.
+    idle_waiters: usize,
 }
 
 impl PinSet {
@@ -271,6 +275,11 @@ impl MemoryRegion {
     /// Waits (blocking the thread) until no pin is held.
     pub fn wait_idle_blocking(&self) {
         let mut pins = self.lock_pins();
+        if pins.ranges.is_empty() {
+            return;
+        }
+        // Counted under the lock the last unpin takes, so it cannot miss this waiter.
+        pins.idle_waiters += 1;
         while !pins.ranges.is_empty() {
             pins = self
                 .inner
@@ -278,6 +287,7 @@ impl MemoryRegion {
                 .wait(pins)
                 .unwrap_or_else(|e| e.into_inner());
         }
+        pins.idle_waiters -= 1;
     }
 
     /// Waits (async) until `offset..offset+len` could be pinned for `access` (no conflicting
@@ -367,7 +377,7 @@ impl Drop for Pinned {
         let inner = &self.region.inner;
         let mut pins = inner.pins.lock().unwrap_or_else(|e| e.into_inner());
         pins.remove(self.key);
-        let idle = pins.ranges.is_empty();
+        let idle = pins.ranges.is_empty() && pins.idle_waiters > 0;
         drop(pins);
         if idle {
             inner.idle.notify_all();

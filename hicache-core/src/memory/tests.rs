@@ -84,6 +84,49 @@ fn deregistering_a_pinned_region_is_busy_until_the_pin_drops() {
 }
 
 #[test]
+fn every_blocked_waiter_wakes_when_the_last_pin_goes_and_only_then() {
+    let (table, id, _) = table_with(8192);
+    let region = table.get(id).unwrap();
+    let pins = [
+        table.target(&Slice::new(id, 0, 4096)).unwrap(),
+        table.target(&Slice::new(id, 4096, 4096)).unwrap(),
+    ];
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiters: Vec<_> = (0..2)
+        .map(|n| {
+            let (region, tx) = (region.clone(), tx.clone());
+            std::thread::spawn(move || {
+                region.wait_idle_blocking();
+                tx.send(n).unwrap();
+            })
+        })
+        .collect();
+    // Both are counted (blocked, or about to block under the lock) before any pin goes.
+    while region.lock_pins().idle_waiters < 2 {
+        std::thread::yield_now();
+    }
+    let [first, last] = pins;
+    drop(first);
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(50))
+            .is_err(),
+        "a waiter returned while a pin was still held"
+    );
+    drop(last);
+    for _ in 0..2 {
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("a blocked waiter was not woken by the last unpin");
+    }
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert_eq!(region.lock_pins().idle_waiters, 0);
+    // Idle already: returns at once, and is not counted.
+    region.wait_idle_blocking();
+    assert_eq!(region.lock_pins().idle_waiters, 0);
+}
+
+#[test]
 fn a_pin_keeps_owned_memory_alive_after_removal_of_every_handle() {
     let (table, id, _) = table_with(4096);
     let mut pin = table.target(&Slice::new(id, 0, 16)).unwrap();
