@@ -241,7 +241,7 @@ impl std::fmt::Debug for PayloadHasher {
 impl PayloadHasher {
     /// Adds the next bytes of the payload.
     pub fn update(&mut self, bytes: &[u8]) {
-        feed(&mut self.0, bytes);
+        self.0.write(bytes);
     }
 
     /// The checksum of everything added; equal to [`checksum`] over the same bytes.
@@ -252,44 +252,23 @@ impl PayloadHasher {
 
 /// Streaming checksum (XXH3-64, seed 0; AVX2 when the CPU has it) over the pieces of a
 /// payload, in order.
+///
+/// The bytes go to the hasher as they are. A checksum mostly reads bytes that are not in
+/// cache (pool memory about to be written, a page a device just put in memory), and an
+/// earlier version asked for each next 4 KiB block's cache lines while hashing the last. On
+/// a 2-core cloud Xeon that lifted XXH3 from DRAM from 8.5 to 11.4 GB/s. On a 2-core AMD
+/// EPYC cloud VM, where the benchmarks now run, it cost: over 1 GiB in 64 KiB and 1 MiB
+/// pieces, 13-18 GB/s with the prefetches against 21-27 GB/s without, and 31-36 against
+/// 53-57 GB/s over 64 KiB in cache. Inside `hicache bench` the gain is smaller, as the
+/// kernel has often just copied the bytes and other threads share the memory bus: on tmpfs
+/// with 1 MiB pages, the checksum's profile samples fell by 12 % (9.7 to 8.4 % of all), and
+/// with 64 KiB pages by 28-29 % (two runs each).
 pub fn checksum<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> u64 {
     let mut h = xxh3();
     for p in pieces {
-        feed(&mut h, p);
+        h.write(p);
     }
     h.finish()
-}
-
-/// Bytes hashed between prefetches.
-const BLOCK: usize = 4096;
-
-/// Hashes `bytes` a block at a time, asking for the next block's cache lines while the
-/// hasher works on this one.
-///
-/// A checksum mostly reads bytes that are not in cache: pool memory about to be written, a
-/// page a device just read into memory, a page larger than the cache. There the hardware
-/// prefetcher alone held XXH3 to about 8.5 GB/s on a 2-core cloud Xeon, against 11 GB/s for
-/// `memcpy`; asking one block ahead brought it to 11.4 GB/s. On bytes already in cache it is
-/// slower, 27 against 33 GB/s. `hicache bench` on tmpfs gained more than that costs:
-/// medians of 5 interleaved runs were 3-14 % faster for writes and 1-8 % for reads, with
-/// 64 KiB, 1 MiB and 8 MiB pages.
-fn feed(h: &mut RawHasher<&'static [u8; DEFAULT_SECRET_LENGTH]>, bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for (k, block) in bytes.chunks(BLOCK).enumerate() {
-        let next = bytes.get((k + 1) * BLOCK..).unwrap_or_default();
-        for line in next.iter().take(BLOCK).step_by(64) {
-            // SAFETY: a prefetch is only a hint: it reads nothing the program sees and never
-            // faults, and `line` is a live byte of `bytes` besides.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    std::ptr::from_ref(line).cast(),
-                )
-            };
-        }
-        h.write(block);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    h.write(bytes);
 }
 
 #[cfg(test)]
@@ -443,7 +422,8 @@ mod tests {
         let big: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
         let split = checksum([&big[..333], &big[333..50_000], &big[50_000..]]);
         assert_eq!(split, checksum([&big[..]]));
-        // Pieces that start and end inside prefetch blocks, fed one by one.
+        // Pieces that start and end at odd places (inside XXH3's 1 KiB blocks and its
+        // 64-byte stripes), fed one by one.
         let mut h = PayloadHasher::default();
         for piece in [
             &big[..4095],
@@ -455,8 +435,8 @@ mod tests {
         }
         assert_eq!(h.finish(), XxHash3_64::oneshot(&big[..13_000]));
         // The streaming hasher over the borrowed secret agrees with the one-shot reference
-        // on every input-length path (up to 16, 128 and 240 bytes, and longer).
-        // Lengths about the prefetch block too.
+        // on every input-length path (up to 16, 128 and 240 bytes, and longer), and about
+        // 4 KiB boundaries.
         for len in [
             0, 5, 16, 17, 100, 128, 129, 240, 241, 1024, 4095, 4096, 4097, 8191, 8192, 12_289,
             100_000,
