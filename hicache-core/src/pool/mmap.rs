@@ -4,7 +4,7 @@
 use std::fmt;
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::memory::{HostPages, MemoryRegion, SharedFile};
 
 use super::{HostPool, PoolGeometry};
@@ -18,7 +18,7 @@ use super::{HostPool, PoolGeometry};
 /// [shared](MmapPool::shared) pool is a tmpfs file, whose huge pages the system's
 /// `shmem_enabled` setting governs. Its bytes are reached only through its one
 /// [`MemoryRegion`], so [`MmapPool::write_bytes`] and [`MmapPool::read_bytes`] pin what they
-/// touch and fail with [`Error::MemoryBusy`] rather than race a transfer.
+/// touch and fail with [`Error::MemoryBusy`](crate::Error::MemoryBusy) rather than race a transfer.
 pub struct MmapPool {
     geometry: PoolGeometry,
     region: MemoryRegion,
@@ -47,11 +47,7 @@ impl MmapPool {
     /// moves to and from a device, [`HostPages::Base`] for one whose bytes the kernel copies
     /// (buffered I/O, a memory filesystem).
     pub fn with_pages(geometry: PoolGeometry, pages: HostPages) -> Result<Self> {
-        let bytes = geometry.pool_bytes();
-        usize::try_from(bytes).map_err(|_| Error::InvalidPool {
-            reason: format!("a pool of {bytes} bytes does not fit the address space"),
-        })?;
-        let region = MemoryRegion::anonymous_host(bytes, pages)?;
+        let region = MemoryRegion::anonymous_host(geometry.pool_bytes(), pages)?;
         Ok(MmapPool { geometry, region })
     }
 
