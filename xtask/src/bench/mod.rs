@@ -12,6 +12,7 @@
 //!   NIXL's `query_memory`, SGLang's existence check through NIXL;
 //! - **durability** ([`sync`]) and **OBJ** ([`obj`]).
 
+mod disk;
 mod nixl;
 mod obj;
 mod report;
@@ -218,15 +219,19 @@ fn transfer_case(
     );
     let (mut envelope, mut raw_format, mut raw_loop, mut raw_publish) =
         <(Samples, Samples, Samples, Samples)>::default();
+    let device = disk::Device::of(&fs.dir);
+    let mut requests: [disk::Requests; 5] = Default::default();
+    let [req_h, req_f, req_r, req_p, req_n] = &mut requests;
     let mut nixl_runs: Vec<Vec<nixl::ModeRun>> = Vec::new();
     let mut nixl_error = None;
     let mut verified = true;
     for _ in 0..run.repeats {
-        for (config, samples, what) in [
-            (None, &mut envelope, "hicache bench"),
+        for (config, samples, req, what) in [
+            (None, &mut envelope, &mut *req_h, "hicache bench"),
             (
                 Some(&run.raw_format),
                 &mut raw_format,
+                &mut *req_f,
                 "hicache bench, raw format",
             ),
         ] {
@@ -236,16 +241,23 @@ fn transfer_case(
             }
             c.args(["--threads", &IN_FLIGHT.to_string()]);
             c.args(["--rounds", &ROUNDS.to_string(), "--ops", "write,read"]);
-            let h = run_json(&mut c).map_err(|e| format!("{name}: {what}: {e}"))?;
+            let h = req
+                .around(device, || run_json(&mut c))
+                .map_err(|e| format!("{name}: {what}: {e}"))?;
             verified &= h["verified"] == json!(true);
             samples.add(&h);
         }
 
-        for (baseline, samples) in [("raw", &mut raw_loop), ("raw-publish", &mut raw_publish)] {
+        for (baseline, samples, req) in [
+            ("raw", &mut raw_loop, &mut *req_r),
+            ("raw-publish", &mut raw_publish, &mut *req_p),
+        ] {
             let mut c = run.hicache(&fs.dir, page_bytes, pages, BATCH);
             c.args(["--baseline", baseline, "--threads", &BATCH.to_string()]);
             c.args(["--rounds", &ROUNDS.to_string()]);
-            let r = run_json(&mut c).map_err(|e| format!("{name}: {baseline} baseline: {e}"))?;
+            let r = req
+                .around(device, || run_json(&mut c))
+                .map_err(|e| format!("{name}: {baseline} baseline: {e}"))?;
             verified &= r["verified"] == json!(true);
             samples.add(&r);
         }
@@ -261,7 +273,7 @@ fn transfer_case(
                 query: false,
                 memories: &[nixl::Memory::Script, nixl::Memory::HugePages],
             };
-            match nixl::run(py, &request) {
+            match req_n.around(device, || nixl::run(py, &request)) {
                 Ok(modes) => nixl_runs.push(modes),
                 Err(e) => nixl_error = Some(e),
             }
@@ -315,6 +327,13 @@ fn transfer_case(
         "allocations_per_call": {
             "write": num(med(&envelope.write_allocations_per_call)),
             "read": num(med(&envelope.read_allocations_per_call)),
+        },
+        "requests": {
+            "hicache": req_h.json(),
+            "raw_format": req_f.json(),
+            "raw": req_r.json(),
+            "raw_publish": req_p.json(),
+            "nixl": req_n.json(),
         },
         "rss_beyond_pool_bytes": num(envelope.rss_beyond_pool.iter().copied().fold(f64::NAN, f64::max)),
         "samples": {
@@ -462,6 +481,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
     });
     let mut table = report::transfers(&report);
     table.push_str(&report::publish(&report));
+    table.push_str(&report::requests(&report));
     table.push_str(&report::memory(&report));
     table.push_str(&report::exists(&report));
     table.push_str(&sync::durability_markdown(&report));

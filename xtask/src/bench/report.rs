@@ -73,6 +73,57 @@ pub(super) fn publish(report: &Value) -> String {
     s
 }
 
+/// What the device under each disk case saw: mean KiB per request and requests merged into
+/// others per request that reached it, read / write, per contender.
+pub(super) fn requests(report: &Value) -> String {
+    const WHO: [(&str, &str); 5] = [
+        ("hicache", "hicache"),
+        ("raw_format", "raw-format"),
+        ("raw", "raw loop"),
+        ("raw_publish", "raw-publish loop"),
+        ("nixl", "NIXL (all variants)"),
+    ];
+    let mut s = String::from("\n| device requests, KiB each r / w (merged into each r / w) |");
+    for (_, label) in WHO {
+        s.push_str(&format!(" {label} |"));
+    }
+    s.push_str(&format!("\n|---|{}\n", "---|".repeat(WHO.len())));
+    let mut any = false;
+    for c in report["cases"].as_array().into_iter().flatten() {
+        if c["requests"].is_null() || WHO.iter().all(|(k, _)| c["requests"][*k].is_null()) {
+            continue;
+        }
+        any = true;
+        s.push_str(&format!("| {} |", c["name"].as_str().unwrap_or("")));
+        for (key, _) in WHO {
+            let d = &c["requests"][key];
+            let merged = |dir: &str| -> Value {
+                match (d[dir]["merged"].as_f64(), d[dir]["requests"].as_f64()) {
+                    (Some(m), Some(n)) if n > 0.0 => serde_json::json!(m / n),
+                    _ => Value::Null,
+                }
+            };
+            if d.is_null() {
+                s.push_str(" – |");
+            } else {
+                s.push_str(&format!(
+                    " {:.0} / {:.0} ({} / {}) |",
+                    d["read"]["kib_per_request"].as_f64().unwrap_or(f64::NAN),
+                    d["write"]["kib_per_request"].as_f64().unwrap_or(f64::NAN),
+                    cell(&merged("read")),
+                    cell(&merged("write")),
+                ));
+            }
+        }
+        s.push('\n');
+    }
+    if !any {
+        return String::new();
+    }
+    s.push_str("\nFrom `/proc/diskstats` of the device under the bench dir, summed over each contender's runs: requests completed, their mean size, and requests the block layer merged into others (per request completed). The device's own counters: they include each run's untimed setup and the filesystem's metadata writes. A merge joins adjacent sectors, so a contender whose files lie next to each other on disk and whose pages reach the block layer together (NIXL submits a batch's pages at once) can have its pages merged into larger requests. A thread per page (the raw loops, hicache's thread pool) hands the block layer one page at a time, which it merges only with an adjacent request still queued.\n");
+    s
+}
+
 /// Memory of the hicache transfer runs: heap allocations per page and peak RSS beyond the
 /// pool.
 pub(super) fn memory(report: &Value) -> String {
@@ -155,5 +206,59 @@ mod tests {
             "{}",
             rows[1]
         );
+    }
+
+    #[test]
+    fn the_requests_table_has_a_row_per_case_with_a_device() {
+        let per = |r: u64, rm: u64, rk: f64, w: u64, wm: u64, wk: f64| {
+            json!({
+                "read": { "requests": r, "merged": rm, "kib_per_request": rk },
+                "write": { "requests": w, "merged": wm, "kib_per_request": wk },
+            })
+        };
+        let report = json!({ "cases": [
+            {
+                "name": "ext4/64KiB",
+                "requests": {
+                    "hicache": per(100, 0, 68.0, 100, 50, 67.6),
+                    "raw_format": per(100, 0, 64.0, 100, 0, 64.0),
+                    "raw": per(100, 0, 64.0, 100, 0, 64.0),
+                    "raw_publish": per(100, 0, 64.0, 100, 0, 64.0),
+                    "nixl": per(10, 140, 940.0, 40, 120, 278.4),
+                },
+            },
+            // tmpfs: no device, no row.
+            { "name": "tmpfs/64KiB", "requests": {
+                "hicache": null, "raw_format": null, "raw": null, "raw_publish": null, "nixl": null,
+            } },
+            // A run without NIXL: a dash in its column.
+            {
+                "name": "ext4/1MiB",
+                "requests": {
+                    "hicache": per(10, 0, 1028.0, 10, 0, 1028.0),
+                    "raw_format": per(10, 0, 1024.0, 10, 0, 1024.0),
+                    "raw": per(10, 0, 1024.0, 10, 0, 1024.0),
+                    "raw_publish": per(10, 0, 1024.0, 10, 0, 1024.0),
+                    "nixl": null,
+                },
+            },
+        ]});
+        let table = requests(&report);
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(rows.len(), 3, "{table}");
+        assert!(
+            rows[1].starts_with("| ext4/64KiB | 68 / 68 (0.00 / 0.50) | 64 / 64 (0.00 / 0.00) |"),
+            "{}",
+            rows[1]
+        );
+        assert!(
+            rows[1].ends_with("| 940 / 278 (14.00 / 3.00) |"),
+            "{}",
+            rows[1]
+        );
+        assert!(rows[2].starts_with("| ext4/1MiB |") && rows[2].ends_with("| – |"));
+        // No case with a device: no table at all.
+        let none = json!({ "cases": [{ "name": "tmpfs/64KiB", "requests": null }] });
+        assert_eq!(requests(&none), "");
     }
 }
