@@ -220,18 +220,24 @@ fn transfer_case(
     let (mut envelope, mut raw_format, mut raw_loop, mut raw_publish) =
         <(Samples, Samples, Samples, Samples)>::default();
     let device = disk::Device::of(&fs.dir);
-    let mut requests: [disk::Requests; 5] = Default::default();
-    let [req_h, req_f, req_r, req_p, req_n] = &mut requests;
+    // What the device saw per contender: hicache, raw format, raw loop, raw-publish, NIXL.
+    let (mut req_h, mut req_f, mut req_r, mut req_p, mut req_n) = <(
+        disk::Requests,
+        disk::Requests,
+        disk::Requests,
+        disk::Requests,
+        disk::Requests,
+    )>::default();
     let mut nixl_runs: Vec<Vec<nixl::ModeRun>> = Vec::new();
     let mut nixl_error = None;
     let mut verified = true;
     for _ in 0..run.repeats {
         for (config, samples, req, what) in [
-            (None, &mut envelope, &mut *req_h, "hicache bench"),
+            (None, &mut envelope, &mut req_h, "hicache bench"),
             (
                 Some(&run.raw_format),
                 &mut raw_format,
-                &mut *req_f,
+                &mut req_f,
                 "hicache bench, raw format",
             ),
         ] {
@@ -249,8 +255,8 @@ fn transfer_case(
         }
 
         for (baseline, samples, req) in [
-            ("raw", &mut raw_loop, &mut *req_r),
-            ("raw-publish", &mut raw_publish, &mut *req_p),
+            ("raw", &mut raw_loop, &mut req_r),
+            ("raw-publish", &mut raw_publish, &mut req_p),
         ] {
             let mut c = run.hicache(&fs.dir, page_bytes, pages, BATCH);
             c.args(["--baseline", baseline, "--threads", &BATCH.to_string()]);
