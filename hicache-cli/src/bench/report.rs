@@ -70,6 +70,11 @@ pub struct BenchReport {
     pub write_rounds: Vec<PhaseStats>,
     /// Per-round read figures.
     pub read_rounds: Vec<PhaseStats>,
+    /// Bytes stored per page: the objects' lengths, envelope headers and alignment padding
+    /// included (the page's bytes for a baseline).
+    pub stored_bytes_per_page: u64,
+    /// Objects each page is stored as (1 for a baseline).
+    pub objects_per_page: u64,
     /// Bytes of the host pool (the pages written and the region they are read back into).
     pub pool_bytes: u64,
     /// Whether the host pool was in a shared-memory file (`--shared-pool`).
@@ -111,6 +116,8 @@ impl BenchReport {
             verified: verified && !read_rounds.is_empty(),
             write_rounds,
             read_rounds,
+            stored_bytes_per_page: page_bytes,
+            objects_per_page: 1,
             pool_bytes: 0,
             shared_pool: false,
             pool_path: None,

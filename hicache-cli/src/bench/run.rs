@@ -295,6 +295,8 @@ pub async fn run(cache: Arc<HiCache>, opts: &BenchOptions) -> Result<BenchReport
         verified: verified && !read_rounds.is_empty(),
         write_rounds,
         read_rounds,
+        stored_bytes_per_page: report.stored_bytes_per_page,
+        objects_per_page: report.objects_per_page,
         pool_bytes: geometry.pool_bytes(),
         shared_pool: opts.shared_pool,
         // Shown now: a copy's count is live.

@@ -310,6 +310,15 @@ fn bench_reports_allocations_per_page_and_peak_memory() {
     let pool = report["pool_bytes"].as_u64().unwrap();
     let rss = report["peak_rss_bytes"].as_u64().unwrap();
     assert!(pool > 0 && rss >= pool, "pool {pool}, peak RSS {rss}");
+    // What a page takes in storage: every object's envelope header on top of the page.
+    let page = report["page_bytes"].as_u64().unwrap();
+    let objects = report["objects_per_page"].as_u64().unwrap();
+    let stored = report["stored_bytes_per_page"].as_u64().unwrap();
+    assert!(objects >= 1, "{report}");
+    assert!(
+        stored >= page + objects * 4096,
+        "page {page}, {objects} objects, {stored} stored"
+    );
 }
 
 /// A config section for a plugin this program lacks is reported by `plugins` (the linking
