@@ -6,8 +6,10 @@
 //! - **transfers** (ext4, tmpfs × 64 KiB, 1 MiB, 8 MiB): hicache (envelope), hicache with
 //!   `page_format = "raw"`, the raw O_DIRECT loop, the same loop with a per-page open and
 //!   publishing rename (`--baseline raw-publish`: what naming and atomic publish cost at the
-//!   least), NIXL in its `uring` and `aio` modes with the same pages in flight as hicache (the
-//!   better mode per figure is reported);
+//!   least), the raw loop again with files of an enveloped page's stored length (what the
+//!   envelope's extra bytes and requests cost the loop itself, counted in payload bytes),
+//!   NIXL in its `uring` and `aio` modes with the same pages in flight as hicache (the better
+//!   mode per figure is reported);
 //! - **exists** (ext4, tmpfs; 1024 pages, 128 keys a call): hicache `batch_exists` against
 //!   NIXL's `query_memory`, SGLang's existence check through NIXL;
 //! - **durability** ([`sync`]) and **OBJ** ([`obj`]).
@@ -155,6 +157,19 @@ struct Samples {
 }
 
 impl Samples {
+    /// Adds a run whose files held `stored` bytes a page, counted as `payload` bytes: a loop
+    /// that moves an enveloped page's length is measured on the page it carries.
+    fn add_as_payload(&mut self, report: &Value, payload: u64, stored: u64) {
+        let scale = payload as f64 / stored as f64;
+        self.write.extend(
+            rounds(report, "write_rounds")
+                .into_iter()
+                .map(|g| g * scale),
+        );
+        self.read
+            .extend(rounds(report, "read_rounds").into_iter().map(|g| g * scale));
+    }
+
     fn add(&mut self, report: &Value) {
         self.write.extend(rounds(report, "write_rounds"));
         self.read.extend(rounds(report, "read_rounds"));
@@ -203,6 +218,19 @@ fn best_mode(
     best
 }
 
+/// The length of each object an enveloped page is stored as, from a `hicache bench` JSON
+/// report; `None` when the report lacks it or the page is stored as several objects (the
+/// raw loop moves one file per page).
+fn stored_object_bytes(report: &Value) -> Option<u64> {
+    match (
+        report["stored_bytes_per_page"].as_u64(),
+        report["objects_per_page"].as_u64(),
+    ) {
+        (Some(bytes), Some(1)) if bytes > 0 => Some(bytes),
+        _ => None,
+    }
+}
+
 /// One transfer case: every contender once per repeat, interleaved.
 fn transfer_case(
     run: &Run,
@@ -217,17 +245,21 @@ fn transfer_case(
         "bench: {name}: {pages} pages, batch {BATCH}, {IN_FLIGHT} in flight, {} repeat(s)",
         run.repeats
     );
-    let (mut envelope, mut raw_format, mut raw_loop, mut raw_publish) =
-        <(Samples, Samples, Samples, Samples)>::default();
+    let (mut envelope, mut raw_format, mut raw_loop, mut raw_publish, mut raw_stored) =
+        <(Samples, Samples, Samples, Samples, Samples)>::default();
     let device = disk::Device::of(&fs.dir);
-    // What the device saw per contender: hicache, raw format, raw loop, raw-publish, NIXL.
-    let (mut req_h, mut req_f, mut req_r, mut req_p, mut req_n) = <(
+    // What the device saw per contender: hicache, raw format, raw loop, raw-publish, the raw
+    // loop at the stored length, NIXL.
+    let (mut req_h, mut req_f, mut req_r, mut req_p, mut req_s, mut req_n) = <(
+        disk::Requests,
         disk::Requests,
         disk::Requests,
         disk::Requests,
         disk::Requests,
         disk::Requests,
     )>::default();
+    // An enveloped page's stored length, from hicache's first run.
+    let mut stored: Option<u64> = None;
     let mut nixl_runs: Vec<Vec<nixl::ModeRun>> = Vec::new();
     let mut nixl_error = None;
     let mut verified = true;
@@ -252,6 +284,9 @@ fn transfer_case(
                 .map_err(|e| format!("{name}: {what}: {e}"))?;
             verified &= h["verified"] == json!(true);
             samples.add(&h);
+            if config.is_none() && stored.is_none() {
+                stored = stored_object_bytes(&h);
+            }
         }
 
         for (baseline, samples, req) in [
@@ -266,6 +301,19 @@ fn transfer_case(
                 .map_err(|e| format!("{name}: {baseline} baseline: {e}"))?;
             verified &= r["verified"] == json!(true);
             samples.add(&r);
+        }
+
+        // The raw loop again, its files as long as hicache's objects (the envelope's header
+        // and padding included), when they are longer than the page.
+        if let Some(object) = stored.filter(|&b| b > page_bytes) {
+            let mut c = run.hicache(&fs.dir, object, pages, BATCH);
+            c.args(["--baseline", "raw", "--threads", &BATCH.to_string()]);
+            c.args(["--rounds", &ROUNDS.to_string()]);
+            let r = req_s
+                .around(device, || run_json(&mut c))
+                .map_err(|e| format!("{name}: raw baseline at {object} bytes a page: {e}"))?;
+            verified &= r["verified"] == json!(true);
+            raw_stored.add_as_payload(&r, page_bytes, object);
         }
 
         if let Some(py) = &run.nixl {
@@ -290,6 +338,7 @@ fn transfer_case(
     let (f_w, f_r) = (med(&raw_format.write), med(&raw_format.read));
     let (r_w, r_r) = (med(&raw_loop.write), med(&raw_loop.read));
     let (p_w, p_r) = (med(&raw_publish.write), med(&raw_publish.read));
+    let (s_w, s_r) = (med(&raw_stored.write), med(&raw_stored.read));
     let (w_mode, n_w) = best_mode(&nixl_runs, |m| m.write.clone());
     let (r_mode, n_r) = best_mode(&nixl_runs, |m| m.read.clone());
     let nixl_samples: Value = nixl::VARIANTS
@@ -303,7 +352,7 @@ fn transfer_case(
         })
         .collect::<serde_json::Map<_, _>>()
         .into();
-    Ok(json!({
+    let mut case = json!({
         "name": name,
         "page_bytes": page_bytes,
         "pages": pages,
@@ -339,6 +388,7 @@ fn transfer_case(
             "raw_format": req_f.json(),
             "raw": req_r.json(),
             "raw_publish": req_p.json(),
+            "raw_stored": req_s.json(),
             "nixl": req_n.json(),
         },
         "rss_beyond_pool_bytes": num(envelope.rss_beyond_pool.iter().copied().fold(f64::NAN, f64::max)),
@@ -350,7 +400,17 @@ fn transfer_case(
             "nixl": nixl_samples,
         },
         "nixl_error": nixl_error,
-    }))
+    });
+    // The raw loop at the stored length, added apart: one macro for all of it outgrows
+    // `json!`'s recursion limit.
+    case["stored_object_bytes"] = json!(stored);
+    case["raw_stored_write_gbps"] = num(s_w);
+    case["raw_stored_read_gbps"] = num(s_r);
+    case["raw_stored_vs_raw"] = json!({ "write": ratio(s_w, r_w), "read": ratio(s_r, r_r) });
+    case["ratio_vs_raw_stored"] = json!({ "write": ratio(h_w, s_w), "read": ratio(h_r, s_r) });
+    case["samples"]["raw_stored_write"] = json!(raw_stored.write);
+    case["samples"]["raw_stored_read"] = json!(raw_stored.read);
+    Ok(case)
 }
 
 /// The exists case on one filesystem: `EXISTS_PAGES` 64 KiB pages written, then asked for in
@@ -487,6 +547,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
     });
     let mut table = report::transfers(&report);
     table.push_str(&report::publish(&report));
+    table.push_str(&report::stored(&report));
     table.push_str(&report::requests(&report));
     table.push_str(&report::memory(&report));
     table.push_str(&report::exists(&report));
@@ -532,6 +593,34 @@ mod tests {
         assert!(parse(&args(&["--repeats", "x"])).is_err());
         assert!(parse(&args(&["--json"])).is_err());
         assert!(parse(&args(&["--fast"])).unwrap_err().contains("--fast"));
+    }
+
+    #[test]
+    fn the_stored_length_comes_from_a_report_of_one_object_a_page() {
+        let report = |bytes: Value, objects: Value| json!({ "stored_bytes_per_page": bytes, "objects_per_page": objects });
+        assert_eq!(
+            stored_object_bytes(&report(json!(69632), json!(1))),
+            Some(69632)
+        );
+        // Several objects a page (a per-layer layout): no single file to mirror.
+        assert_eq!(stored_object_bytes(&report(json!(139264), json!(2))), None);
+        // An older binary's report, or nonsense: none.
+        assert_eq!(stored_object_bytes(&json!({ "page_bytes": 65536 })), None);
+        assert_eq!(stored_object_bytes(&report(json!(0), json!(1))), None);
+        assert_eq!(stored_object_bytes(&report(json!(-5), json!(1))), None);
+        assert_eq!(stored_object_bytes(&report(json!("big"), json!(1))), None);
+    }
+
+    #[test]
+    fn a_loop_at_the_stored_length_counts_payload_bytes() {
+        let report = json!({
+            "write_rounds": [{ "gbps": 4.0 }, { "gbps": 2.0 }],
+            "read_rounds": [{ "gbps": 1.0 }],
+        });
+        let mut s = Samples::default();
+        s.add_as_payload(&report, 3, 4);
+        assert_eq!(s.write, vec![3.0, 1.5]);
+        assert_eq!(s.read, vec![0.75]);
     }
 
     #[test]
