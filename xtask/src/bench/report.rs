@@ -45,6 +45,20 @@ pub(super) fn transfers(report: &Value) -> String {
     s
 }
 
+/// A case's two figures `a` / `b`.
+fn pair(case: &Value, a: &str, b: &str) -> String {
+    format!("{} / {}", cell(&case[a]), cell(&case[b]))
+}
+
+/// A case's ratio `field`, write / read.
+fn ratios(case: &Value, field: &str) -> String {
+    format!(
+        "{} / {}",
+        cell(&case[field]["write"]),
+        cell(&case[field]["read"])
+    )
+}
+
 /// What naming and publishing cost: the raw loop, the same loop opening each page's file
 /// by name and publishing each write with a rename, and hicache with raw and enveloped pages.
 pub(super) fn publish(report: &Value) -> String {
@@ -55,18 +69,15 @@ pub(super) fn publish(report: &Value) -> String {
         if c["raw_publish_write_gbps"].is_null() && c["raw_publish_read_gbps"].is_null() {
             continue;
         }
-        let pair = |a: &str, b: &str| format!("{} / {}", cell(&c[a]), cell(&c[b]));
-        let ratios =
-            |field: &str| format!("{} / {}", cell(&c[field]["write"]), cell(&c[field]["read"]));
         s.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} |\n",
             c["name"].as_str().unwrap_or(""),
-            pair("raw_write_gbps", "raw_read_gbps"),
-            pair("raw_publish_write_gbps", "raw_publish_read_gbps"),
-            ratios("raw_publish_vs_raw"),
-            pair("raw_format_write_gbps", "raw_format_read_gbps"),
-            pair("hicache_write_gbps", "hicache_read_gbps"),
-            ratios("ratio_vs_raw_publish"),
+            pair(c, "raw_write_gbps", "raw_read_gbps"),
+            pair(c, "raw_publish_write_gbps", "raw_publish_read_gbps"),
+            ratios(c, "raw_publish_vs_raw"),
+            pair(c, "raw_format_write_gbps", "raw_format_read_gbps"),
+            pair(c, "hicache_write_gbps", "hicache_read_gbps"),
+            ratios(c, "ratio_vs_raw_publish"),
         ));
     }
     s.push_str(&format!("\nThe raw-publish loop (`hicache bench --baseline raw-publish`) is the raw loop with the least that a store of named, atomically published pages does per page: a write opens the page's spare file, writes it, closes it and renames it onto the page's name; a read opens the name, reads it and closes it. Its {BATCH} threads run free, with no envelope, checksum, buckets or batches. Medians, as above.\n"));
@@ -86,20 +97,17 @@ pub(super) fn stored(report: &Value) -> String {
             continue;
         }
         any = true;
-        let pair = |a: &str, b: &str| format!("{} / {}", cell(&c[a]), cell(&c[b]));
-        let ratios =
-            |field: &str| format!("{} / {}", cell(&c[field]["write"]), cell(&c[field]["read"]));
         s.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} |\n",
             c["name"].as_str().unwrap_or(""),
             c["stored_object_bytes"]
                 .as_u64()
                 .map_or_else(|| "–".to_string(), |b| b.to_string()),
-            pair("raw_write_gbps", "raw_read_gbps"),
-            pair("raw_stored_write_gbps", "raw_stored_read_gbps"),
-            ratios("raw_stored_vs_raw"),
-            pair("hicache_write_gbps", "hicache_read_gbps"),
-            ratios("ratio_vs_raw_stored"),
+            pair(c, "raw_write_gbps", "raw_read_gbps"),
+            pair(c, "raw_stored_write_gbps", "raw_stored_read_gbps"),
+            ratios(c, "raw_stored_vs_raw"),
+            pair(c, "hicache_write_gbps", "hicache_read_gbps"),
+            ratios(c, "ratio_vs_raw_stored"),
         ));
     }
     if !any {
