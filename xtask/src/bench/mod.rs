@@ -9,7 +9,8 @@
 //!   least), the raw loop again with files of an enveloped page's stored length (what the
 //!   envelope's extra bytes and requests cost the loop itself, counted in payload bytes),
 //!   NIXL in its `uring` and `aio` modes with the same pages in flight as hicache (the better
-//!   mode per figure is reported);
+//!   mode per figure is reported), and on a disk NIXL again with its pages scattered over its
+//!   files (where a request's pages lie decides whether the block layer can merge them);
 //! - **exists** (ext4, tmpfs; 1024 pages, 128 keys a call): hicache `batch_exists` against
 //!   NIXL's `query_memory`, SGLang's existence check through NIXL;
 //! - **durability** ([`sync`]) and **OBJ** ([`obj`]).
@@ -218,6 +219,21 @@ fn best_mode(
     best
 }
 
+/// Every variant's per-round samples over all runs, by variant name.
+fn variant_samples(per_run: &[Vec<nixl::ModeRun>]) -> Value {
+    nixl::VARIANTS
+        .iter()
+        .enumerate()
+        .map(|(i, (mode, _))| {
+            let runs = per_run.iter().filter_map(|r| r.get(i));
+            let write: Vec<f64> = runs.clone().flat_map(|r| r.write.clone()).collect();
+            let read: Vec<f64> = runs.flat_map(|r| r.read.clone()).collect();
+            (mode.to_string(), json!({ "write": write, "read": read }))
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 /// The length of each object an enveloped page is stored as, from a `hicache bench` JSON
 /// report; `None` when the report lacks it or the page is stored as several objects (the
 /// raw loop moves one file per page).
@@ -258,6 +274,10 @@ fn transfer_case(
         disk::Requests,
         disk::Requests,
     )>::default();
+    // NIXL with its pages scattered over its files, on a disk only (where pages lie does
+    // not matter to a memory filesystem).
+    let mut req_x = disk::Requests::default();
+    let mut scattered_runs: Vec<Vec<nixl::ModeRun>> = Vec::new();
     // An enveloped page's stored length, from hicache's first run.
     let mut stored: Option<u64> = None;
     let mut nixl_runs: Vec<Vec<nixl::ModeRun>> = Vec::new();
@@ -326,10 +346,23 @@ fn transfer_case(
                 rounds: ROUNDS,
                 query: false,
                 memories: &[nixl::Memory::Script, nixl::Memory::HugePages],
+                placement: nixl::Placement::InOrder,
             };
             match req_n.around(device, || nixl::run(py, &request)) {
                 Ok(modes) => nixl_runs.push(modes),
                 Err(e) => nixl_error = Some(e),
+            }
+            if device.is_some() {
+                // In huge pages only: NIXL's best memory on a disk in every run so far.
+                let request = nixl::Request {
+                    memories: &[nixl::Memory::HugePages],
+                    placement: nixl::Placement::Scattered,
+                    ..request
+                };
+                match req_x.around(device, || nixl::run(py, &request)) {
+                    Ok(modes) => scattered_runs.push(modes),
+                    Err(e) => nixl_error = Some(format!("pages scattered: {e}")),
+                }
             }
         }
     }
@@ -341,17 +374,7 @@ fn transfer_case(
     let (s_w, s_r) = (med(&raw_stored.write), med(&raw_stored.read));
     let (w_mode, n_w) = best_mode(&nixl_runs, |m| m.write.clone());
     let (r_mode, n_r) = best_mode(&nixl_runs, |m| m.read.clone());
-    let nixl_samples: Value = nixl::VARIANTS
-        .iter()
-        .enumerate()
-        .map(|(i, (mode, _))| {
-            let runs = nixl_runs.iter().filter_map(|r| r.get(i));
-            let write: Vec<f64> = runs.clone().flat_map(|r| r.write.clone()).collect();
-            let read: Vec<f64> = runs.flat_map(|r| r.read.clone()).collect();
-            (mode.to_string(), json!({ "write": write, "read": read }))
-        })
-        .collect::<serde_json::Map<_, _>>()
-        .into();
+    let nixl_samples = variant_samples(&nixl_runs);
     let mut case = json!({
         "name": name,
         "page_bytes": page_bytes,
@@ -410,6 +433,16 @@ fn transfer_case(
     case["ratio_vs_raw_stored"] = json!({ "write": ratio(h_w, s_w), "read": ratio(h_r, s_r) });
     case["samples"]["raw_stored_write"] = json!(raw_stored.write);
     case["samples"]["raw_stored_read"] = json!(raw_stored.read);
+    // NIXL with its pages scattered: null where it did not run.
+    let (xw_mode, x_w) = best_mode(&scattered_runs, |m| m.write.clone());
+    let (xr_mode, x_r) = best_mode(&scattered_runs, |m| m.read.clone());
+    case["nixl_scattered_write_gbps"] = num(x_w);
+    case["nixl_scattered_read_gbps"] = num(x_r);
+    case["nixl_scattered_mode"] = json!({ "write": xw_mode, "read": xr_mode });
+    case["nixl_scattered_vs_nixl"] = json!({ "write": ratio(x_w, n_w), "read": ratio(x_r, n_r) });
+    case["ratio_vs_nixl_scattered"] = json!({ "write": ratio(h_w, x_w), "read": ratio(h_r, x_r) });
+    case["requests"]["nixl_scattered"] = req_x.json();
+    case["samples"]["nixl_scattered"] = variant_samples(&scattered_runs);
     Ok(case)
 }
 
@@ -450,6 +483,7 @@ fn exists_case(run: &Run, fs: &Fs, pages: u64) -> Result<Value, String> {
                 query: true,
                 // Asking for names moves no page: the buffers' memory does not matter.
                 memories: &[nixl::Memory::Script],
+                placement: nixl::Placement::InOrder,
             };
             match nixl::run(py, &request) {
                 Ok(modes) => nixl_runs.push(modes),
@@ -548,6 +582,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
     let mut table = report::transfers(&report);
     table.push_str(&report::publish(&report));
     table.push_str(&report::stored(&report));
+    table.push_str(&report::scattered(&report));
     table.push_str(&report::requests(&report));
     table.push_str(&report::memory(&report));
     table.push_str(&report::exists(&report));

@@ -34,10 +34,10 @@ pub(super) const VARIANTS: [(&str, Memory); 4] = [
     ("aio+hugepages", Memory::HugePages),
 ];
 
-/// Runs the script (`argv[1]`, its arguments after it) with its anonymous `mmap.mmap`
-/// buffers made private and advised for huge pages before their first touch.
+/// Makes the script's anonymous `mmap.mmap` buffers private and advises them for huge
+/// pages before their first touch.
 const HUGE_PAGES: &str = r#"
-import mmap, runpy, sys
+import mmap
 _mmap = mmap.mmap
 class _HugePages(_mmap):
     def __new__(cls, fileno, length, *args, **kwargs):
@@ -52,9 +52,70 @@ class _HugePages(_mmap):
                 pass  # no transparent huge pages here: base pages, as hicache's pool then gets
         return m
 mmap.mmap = _HugePages
+"#;
+
+/// Sends each page to another of the script's files, by one fixed permutation of the files
+/// it registers: page `i`'s writes and reads both go to file `perm[i]`. With `--prealloc`,
+/// which allocates the files' blocks in their own order before the clock starts, a request's
+/// pages then lie scattered on the disk, as a store's pages do when each write lands in
+/// whichever file is free (see [`Placement::Scattered`]).
+const SCATTER: &str = r#"
+import random
+try:
+    from nixl_cu12 import nixl_agent as _agent
+except ImportError:
+    from nixl import nixl_agent as _agent
+_register, _descs = _agent.register_memory, _agent.get_xfer_descs
+def _register_scattered(self, reg_list, mem_type=None, *args, **kwargs):
+    if mem_type == "FILE" and isinstance(reg_list, list):
+        fds = [d[2] for d in reg_list]
+        to = list(fds)
+        random.Random(0).shuffle(to)
+        self._hicache_scatter = dict(zip(fds, to))
+    return _register(self, reg_list, mem_type, *args, **kwargs)
+def _descs_scattered(self, descs, mem_type=None, *args, **kwargs):
+    to = getattr(self, "_hicache_scatter", None)
+    if mem_type == "FILE" and to and isinstance(descs, list):
+        descs = [(d[0], d[1], to.get(d[2], d[2])) + tuple(d[3:]) for d in descs]
+    return _descs(self, descs, mem_type, *args, **kwargs)
+_agent.register_memory, _agent.get_xfer_descs = _register_scattered, _descs_scattered
+"#;
+
+/// Runs the script (`argv[1]`, its arguments after it) once the parts before it are set.
+const RUN_SCRIPT: &str = r#"
+import runpy, sys
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 "#;
+
+/// Where the script's pages go on its files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Placement {
+    /// As the script does: page `i` in file `i`, the files allocated by the first round's
+    /// writes in page order, so a request's pages lie side by side and the block layer
+    /// merges them.
+    InOrder,
+    /// Each page in another file ([`SCATTER`]), the files allocated in their own order
+    /// first (`--prealloc`): what NIXL's requests do when a request's pages are not
+    /// neighbours on the disk.
+    Scattered,
+}
+
+/// The program `python -c` runs before the script, or `None` to run the script as it is.
+fn prelude(memory: Memory, placement: Placement) -> Option<String> {
+    let mut parts = Vec::new();
+    if placement == Placement::Scattered {
+        parts.push(SCATTER);
+    }
+    if memory == Memory::HugePages {
+        parts.push(HUGE_PAGES);
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    parts.push(RUN_SCRIPT);
+    Some(parts.concat())
+}
 
 /// Creates the NIXL venv if needed; returns its python or why it cannot.
 pub(super) fn python() -> Result<PathBuf, String> {
@@ -111,6 +172,8 @@ pub(super) struct Request<'a> {
     pub(super) query: bool,
     /// The memories to run in, each a run of the script in every mode.
     pub(super) memories: &'a [Memory],
+    /// Where the pages go on the files.
+    pub(super) placement: Placement,
 }
 
 /// Runs the baseline once in every mode of each memory the request names; per-round GB/s
@@ -136,8 +199,8 @@ fn run_in(python: &Path, r: &Request, memory: Memory) -> Result<Vec<ModeRun>, St
         .join("baselines")
         .join("nixl_posix_bench.py");
     let mut cmd = Command::new(python);
-    if memory == Memory::HugePages {
-        cmd.args(["-c", HUGE_PAGES]);
+    if let Some(prelude) = prelude(memory, r.placement) {
+        cmd.arg("-c").arg(prelude);
     }
     cmd.arg(&script)
         .args(["--pages", &r.pages.to_string()])
@@ -151,6 +214,9 @@ fn run_in(python: &Path, r: &Request, memory: Memory) -> Result<Vec<ModeRun>, St
         .env("NIXL_LOG_LEVEL", "WARN");
     if r.query {
         cmd.arg("--query");
+    }
+    if r.placement == Placement::Scattered {
+        cmd.arg("--prealloc");
     }
     let out = cmd.output().map_err(|e| e.to_string())?;
     if !out.status.success() {
@@ -275,7 +341,8 @@ for line in open("/proc/self/smaps"):
         let run = |prelude: bool| {
             let mut cmd = Command::new("python3");
             if prelude {
-                cmd.args(["-c", HUGE_PAGES]);
+                cmd.arg("-c")
+                    .arg(super::prelude(Memory::HugePages, Placement::InOrder).unwrap());
             }
             let out = cmd.arg(&probe).args(["--pages", "4"]).output().unwrap();
             assert!(
@@ -292,5 +359,72 @@ for line in open("/proc/self/smaps"):
         let thp = std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists();
         let want = format!("rw-p {} --pages 4", if thp { "True" } else { "False" });
         assert_eq!(huge, want);
+    }
+
+    /// Behind the scatter prelude, a NIXL agent (here a stand-in module with NIXL's
+    /// signatures, recording what it is given) sees each file descriptor of a `FILE` transfer
+    /// list replaced by another registered one, the same every time, all of them used once;
+    /// `DRAM` lists and the script's arguments pass unchanged.
+    #[test]
+    fn the_scatter_prelude_sends_each_page_to_another_registered_file() {
+        let dir =
+            std::env::temp_dir().join(format!("hicache-xtask-scatter-{}", std::process::id()));
+        let module = dir.join("nixl_cu12");
+        std::fs::create_dir_all(&module).unwrap();
+        std::fs::write(
+            module.join("__init__.py"),
+            r#"
+class nixl_agent:
+    def register_memory(self, reg_list, mem_type=None, backends=[]):
+        return (mem_type, [tuple(d) for d in reg_list])
+    def get_xfer_descs(self, descs, mem_type=None):
+        return (mem_type, [tuple(d) for d in descs])
+"#,
+        )
+        .unwrap();
+        let probe = dir.join("probe.py");
+        std::fs::write(
+            &probe,
+            r#"
+import sys
+from nixl_cu12 import nixl_agent
+a = nixl_agent()
+fds = list(range(100, 132))
+a.register_memory([(0, 4096, fd, f"page{i}") for i, fd in enumerate(fds)], "FILE", backends=["POSIX"])
+first = [d[2] for d in a.get_xfer_descs([(0, 4096, fd) for fd in fds], "FILE")[1]]
+again = [d[2] for d in a.get_xfer_descs([(0, 4096, fd) for fd in fds[:4]], "FILE")[1]]
+dram = a.get_xfer_descs([(7, 4096, 0)], "DRAM")[1]
+print(sorted(first) == fds, first != fds, again == first[:4], dram == [(7, 4096, 0)], " ".join(sys.argv[1:]))
+"#,
+        )
+        .unwrap();
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(prelude(Memory::Script, Placement::Scattered).unwrap())
+            .arg(&probe)
+            .arg("--pages")
+            .env("PYTHONPATH", &dir)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "True True True True --pages"
+        );
+    }
+
+    #[test]
+    fn the_script_runs_bare_only_in_its_own_memory_and_order() {
+        assert_eq!(prelude(Memory::Script, Placement::InOrder), None);
+        let huge = prelude(Memory::HugePages, Placement::InOrder).unwrap();
+        assert!(huge.contains("MADV_HUGEPAGE") && !huge.contains("_hicache_scatter"));
+        let both = prelude(Memory::HugePages, Placement::Scattered).unwrap();
+        assert!(both.contains("MADV_HUGEPAGE") && both.contains("_hicache_scatter"));
+        assert!(both.trim_end().ends_with(r#"run_name="__main__")"#));
     }
 }

@@ -117,16 +117,48 @@ pub(super) fn stored(report: &Value) -> String {
     s
 }
 
+/// Where NIXL's pages lie: NIXL as its script runs (a request's pages side by side on the
+/// disk), NIXL with its pages scattered over its files, the raw loop and hicache, per disk
+/// case.
+pub(super) fn scattered(report: &Value) -> String {
+    let mut s = String::from(
+        "\n| case | NIXL w / r | NIXL, pages scattered w / r | scattered vs NIXL w / r | raw loop w / r | hicache w / r | hicache vs scattered NIXL w / r |\n|---|---|---|---|---|---|---|\n",
+    );
+    let mut any = false;
+    for c in report["cases"].as_array().into_iter().flatten() {
+        if c["nixl_scattered_write_gbps"].is_null() && c["nixl_scattered_read_gbps"].is_null() {
+            continue;
+        }
+        any = true;
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            c["name"].as_str().unwrap_or(""),
+            pair(c, "nixl_write_gbps", "nixl_read_gbps"),
+            pair(c, "nixl_scattered_write_gbps", "nixl_scattered_read_gbps"),
+            ratios(c, "nixl_scattered_vs_nixl"),
+            pair(c, "raw_write_gbps", "raw_read_gbps"),
+            pair(c, "hicache_write_gbps", "hicache_read_gbps"),
+            ratios(c, "ratio_vs_nixl_scattered"),
+        ));
+    }
+    if !any {
+        return String::new();
+    }
+    s.push_str("\nNIXL's script writes page `i` to file `i` and reads it back from there, round after round; its first round allocates the files in page order, so a request's pages lie side by side on the disk and the block layer can merge them (requests table). The scattered variant runs the same script, in huge pages, behind a prelude that sends page `i` to file `perm[i]` for one fixed random permutation, with the script's `--prealloc`, which allocates the files in their own order before the clock starts: a request's pages then lie apart, as a store's do when each write lands in whichever file is free (hicache publishes each page by renaming a spare file onto its name). Best mode per figure; medians, as above.\n");
+    s
+}
+
 /// What the device under each disk case saw: mean KiB per request and requests merged into
 /// others per request that reached it, read / write, per contender.
 pub(super) fn requests(report: &Value) -> String {
-    const WHO: [(&str, &str); 6] = [
+    const WHO: [(&str, &str); 7] = [
         ("hicache", "hicache"),
         ("raw_format", "raw-format"),
         ("raw", "raw loop"),
         ("raw_publish", "raw-publish loop"),
         ("raw_stored", "raw loop, stored length"),
         ("nixl", "NIXL (all variants)"),
+        ("nixl_scattered", "NIXL, pages scattered"),
     ];
     let mut s = String::from("\n| device requests, KiB each r / w (merged into each r / w) |");
     for (_, label) in WHO {
@@ -271,6 +303,7 @@ mod tests {
                     "raw_publish": per(100, 0, 64.0, 100, 0, 64.0),
                     "raw_stored": per(100, 0, 68.0, 100, 0, 68.0),
                     "nixl": per(10, 140, 940.0, 40, 120, 278.4),
+                    "nixl_scattered": per(100, 1, 64.0, 100, 0, 64.0),
                 },
             },
             // tmpfs: no device, no row.
@@ -300,8 +333,8 @@ mod tests {
             rows[1]
         );
         assert!(
-            rows[1].ends_with("| 940 / 278 (14.00 / 3.00) |"),
-            "{}",
+            rows[1].ends_with("| 940 / 278 (14.00 / 3.00) | 64 / 64 (0.01 / 0.00) |"),
+            "NIXL's column, then its scattered variant's: {}",
             rows[1]
         );
         assert!(
@@ -309,7 +342,7 @@ mod tests {
             "the stored-length loop's column, before NIXL's: {}",
             rows[1]
         );
-        assert!(rows[2].starts_with("| ext4/1MiB |") && rows[2].ends_with("| – |"));
+        assert!(rows[2].starts_with("| ext4/1MiB |") && rows[2].ends_with("| – | – |"));
         // No case with a device: no table at all.
         let none = json!({ "cases": [{ "name": "tmpfs/64KiB", "requests": null }] });
         assert_eq!(requests(&none), "");
@@ -340,5 +373,32 @@ mod tests {
         );
         let none = json!({ "cases": [{ "name": "tmpfs/64KiB" }] });
         assert_eq!(stored(&none), "", "no case ran the loop: no table");
+    }
+
+    #[test]
+    fn the_scattered_table_has_a_row_per_case_where_nixl_ran_scattered() {
+        let report = json!({ "cases": [
+            {
+                "name": "ext4/64KiB",
+                "nixl_write_gbps": 3.4, "nixl_read_gbps": 2.35,
+                "nixl_scattered_write_gbps": 2.48, "nixl_scattered_read_gbps": 1.76,
+                "nixl_scattered_vs_nixl": { "write": 0.7294, "read": 0.7489 },
+                "raw_write_gbps": 2.71, "raw_read_gbps": 1.79,
+                "hicache_write_gbps": 2.12, "hicache_read_gbps": 1.52,
+                "ratio_vs_nixl_scattered": { "write": 0.8548, "read": 0.8636 },
+            },
+            // tmpfs, or a run without NIXL: the variant did not run, no row.
+            { "name": "tmpfs/64KiB", "nixl_write_gbps": 6.4, "nixl_read_gbps": 6.9,
+              "nixl_scattered_write_gbps": null, "nixl_scattered_read_gbps": null },
+        ]});
+        let table = scattered(&report);
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(rows.len(), 2, "{table}");
+        assert_eq!(
+            rows[1],
+            "| ext4/64KiB | 3.40 / 2.35 | 2.48 / 1.76 | 0.73 / 0.75 | 2.71 / 1.79 | 2.12 / 1.52 | 0.85 / 0.86 |"
+        );
+        let none = json!({ "cases": [{ "name": "tmpfs/64KiB" }] });
+        assert_eq!(scattered(&none), "", "no case ran the variant: no table");
     }
 }
