@@ -55,7 +55,9 @@ mmap.mmap = _HugePages
 "#;
 
 /// Sends each page to another of the script's files, by one fixed permutation of the files
-/// it registers: page `i`'s writes and reads both go to file `perm[i]`. With `--prealloc`,
+/// it registers: page `i`'s writes and reads both go to file `perm[i]`. A `FILE` list it
+/// cannot permute (not a list of tuples, or naming a file never registered) fails the run,
+/// so that an unscattered run is never reported as a scattered one. With `--prealloc`,
 /// which allocates the files' blocks in their own order before the clock starts, a request's
 /// pages then lie scattered on the disk, as a store's pages do when each write lands in
 /// whichever file is free (see [`Placement::Scattered`]).
@@ -67,16 +69,20 @@ except ImportError:
     from nixl import nixl_agent as _agent
 _register, _descs = _agent.register_memory, _agent.get_xfer_descs
 def _register_scattered(self, reg_list, mem_type=None, *args, **kwargs):
-    if mem_type == "FILE" and isinstance(reg_list, list):
+    if mem_type == "FILE":
+        if not isinstance(reg_list, list):
+            raise RuntimeError("pages scattered: the script registered its files other than as a list of tuples, so they cannot be permuted")
         fds = [d[2] for d in reg_list]
         to = list(fds)
         random.Random(0).shuffle(to)
         self._hicache_scatter = dict(zip(fds, to))
     return _register(self, reg_list, mem_type, *args, **kwargs)
 def _descs_scattered(self, descs, mem_type=None, *args, **kwargs):
-    to = getattr(self, "_hicache_scatter", None)
-    if mem_type == "FILE" and to and isinstance(descs, list):
-        descs = [(d[0], d[1], to.get(d[2], d[2])) + tuple(d[3:]) for d in descs]
+    if mem_type == "FILE":
+        to = getattr(self, "_hicache_scatter", None)
+        if to is None or not isinstance(descs, list) or any(d[2] not in to for d in descs):
+            raise RuntimeError("pages scattered: a FILE transfer list is not a list of tuples naming files the script registered, so its pages cannot be scattered")
+        descs = [(d[0], d[1], to[d[2]]) + tuple(d[3:]) for d in descs]
     return _descs(self, descs, mem_type, *args, **kwargs)
 _agent.register_memory, _agent.get_xfer_descs = _register_scattered, _descs_scattered
 "#;
@@ -364,7 +370,8 @@ for line in open("/proc/self/smaps"):
     /// Behind the scatter prelude, a NIXL agent (here a stand-in module with NIXL's
     /// signatures, recording what it is given) sees each file descriptor of a `FILE` transfer
     /// list replaced by another registered one, the same every time, all of them used once;
-    /// `DRAM` lists and the script's arguments pass unchanged.
+    /// `DRAM` lists and the script's arguments pass unchanged. A `FILE` list it cannot
+    /// permute (an unregistered file, not a list, no registration) raises instead.
     #[test]
     fn the_scatter_prelude_sends_each_page_to_another_registered_file() {
         let dir =
@@ -394,7 +401,17 @@ a.register_memory([(0, 4096, fd, f"page{i}") for i, fd in enumerate(fds)], "FILE
 first = [d[2] for d in a.get_xfer_descs([(0, 4096, fd) for fd in fds], "FILE")[1]]
 again = [d[2] for d in a.get_xfer_descs([(0, 4096, fd) for fd in fds[:4]], "FILE")[1]]
 dram = a.get_xfer_descs([(7, 4096, 0)], "DRAM")[1]
-print(sorted(first) == fds, first != fds, again == first[:4], dram == [(7, 4096, 0)], " ".join(sys.argv[1:]))
+def refused(agent, descs):
+    try:
+        agent.get_xfer_descs(descs, "FILE")
+    except RuntimeError as e:
+        return "cannot be scattered" in str(e)
+    return False
+unregistered = refused(a, [(0, 4096, 999)])
+not_a_list = refused(a, tuple((0, 4096, fd) for fd in fds))
+never_registered = refused(nixl_agent(), [(0, 4096, 100)])
+print(sorted(first) == fds, first != fds, again == first[:4], dram == [(7, 4096, 0)],
+      unregistered, not_a_list, never_registered, " ".join(sys.argv[1:]))
 "#,
         )
         .unwrap();
@@ -414,7 +431,7 @@ print(sorted(first) == fds, first != fds, again == first[:4], dram == [(7, 4096,
         );
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).trim(),
-            "True True True True --pages"
+            "True True True True True True True --pages"
         );
     }
 
