@@ -361,7 +361,10 @@ fn transfer_case(
                 };
                 match req_x.around(device, || nixl::run(py, &request)) {
                     Ok(modes) => scattered_runs.push(modes),
-                    Err(e) => nixl_error = Some(format!("pages scattered: {e}")),
+                    // NIXL's own failure, if any, is the one to report.
+                    Err(e) => {
+                        nixl_error.get_or_insert_with(|| format!("pages scattered: {e}"));
+                    }
                 }
             }
         }
