@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::stats::cell;
-use super::{BATCH, IN_FLIGHT, ROUNDS};
+use super::{BATCH, IN_FLIGHT, RAW_THREADS, ROUNDS};
 
 /// The NIXL figure with the mode that gave it, e.g. `1.23 (aio)`.
 fn nixl_cell(figure: &Value, mode: &Value) -> String {
@@ -39,7 +39,7 @@ pub(super) fn transfers(report: &Value) -> String {
         ));
     }
     s.push_str(&format!(
-        "\nGB/s = 1e9 B/s. Each contender runs {ROUNDS} write+read rounds per repeat (hicache writes new pages each round and evicts the previous round's, untimed; NIXL and the raw loop rewrite their files, the first round into fresh ones); the table holds medians over all rounds of {} interleaved repeat(s). Batches of {BATCH} pages with {IN_FLIGHT} in flight: hicache {IN_FLIGHT} calls, NIXL {IN_FLIGHT} requests of {BATCH} descriptors in its `uring` and `aio` modes, each with its buffers as its script allocates them (shared anonymous memory) and in private memory advised for huge pages (`+hugepages`, the memory hicache's pool and the raw loops use for direct I/O to a disk); the best variant per figure, named. The raw loop runs {BATCH} threads. \"raw-format\" is hicache with `page_format = \"raw\"` (no envelope, no checksum). For OBJ, 1 call in flight; its raw baseline is the object_store client with {BATCH} requests in flight on the same moto server.\n",
+        "\nGB/s = 1e9 B/s. Each contender runs {ROUNDS} write+read rounds per repeat (hicache writes new pages each round and evicts the previous round's, untimed; NIXL and the raw loop rewrite their files, the first round into fresh ones); the table holds medians over all rounds of {} interleaved repeat(s). Batches of {BATCH} pages with {IN_FLIGHT} in flight: hicache {IN_FLIGHT} calls, NIXL {IN_FLIGHT} requests of {BATCH} descriptors in its `uring` and `aio` modes, each with its buffers as its script allocates them (shared anonymous memory) and in private memory advised for huge pages (`+hugepages`, the memory hicache's pool and the raw loops use for direct I/O to a disk); the best variant per figure, named. The raw loop runs {RAW_THREADS} threads with a page in flight each: the {RAW_THREADS} pages that hicache's calls and NIXL's requests have in flight. \"raw-format\" is hicache with `page_format = \"raw\"` (no envelope, no checksum). For OBJ, 1 call in flight; its raw baseline is the object_store client with {BATCH} requests in flight on the same moto server.\n",
         report["repeats"]
     ));
     s
@@ -80,7 +80,7 @@ pub(super) fn publish(report: &Value) -> String {
             ratios(c, "ratio_vs_raw_publish"),
         ));
     }
-    s.push_str(&format!("\nThe raw-publish loop (`hicache bench --baseline raw-publish`) is the raw loop with the least that a store of named, atomically published pages does per page: a write opens the page's spare file, writes it, closes it and renames it onto the page's name; a read opens the name, reads it and closes it. Its {BATCH} threads run free, with no envelope, checksum, buckets or batches. Medians, as above.\n"));
+    s.push_str(&format!("\nThe raw-publish loop (`hicache bench --baseline raw-publish`) is the raw loop with the least that a store of named, atomically published pages does per page: a write opens the page's spare file, writes it, closes it and renames it onto the page's name; a read opens the name, reads it and closes it. Its {RAW_THREADS} threads run free, with no envelope, checksum, buckets or batches. Medians, as above.\n"));
     s
 }
 
