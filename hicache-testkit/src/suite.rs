@@ -15,11 +15,33 @@ use crate::trial::{Case, Factory, TrialEnv, per_trial};
 /// One variant of a plugin under test (e.g. `ext4-direct-uring`).
 struct Variant {
     name: String,
+    setup: Setup,
+}
+
+/// What every trial of a variant starts from: where it stores, how it builds the backend,
+/// and the variant's settings, applied to each fresh environment in one place.
+#[derive(Clone)]
+struct Setup {
     root: Option<PathBuf>,
     factory: Factory,
     name_limit: Option<usize>,
     cancel_ops: Option<u64>,
+    concurrency_ops: Option<u64>,
     memory: Option<Arc<dyn TestMemory>>,
+}
+
+impl Setup {
+    /// A fresh environment for one trial of `plugin`, with the variant's settings.
+    fn env(&self, plugin: &str) -> Result<TrialEnv> {
+        let mut env = TrialEnv::new(plugin, self.root.as_deref(), self.factory.clone())?;
+        env.name_limit = self.name_limit;
+        env.cancel_ops = self.cancel_ops;
+        env.concurrency_ops = self.concurrency_ops;
+        if let Some(memory) = &self.memory {
+            env.set_memory(memory.clone());
+        }
+        Ok(env)
+    }
 }
 
 /// A plugin's conformance suite: every case of [`crate::cases::ALL`] for each variant.
@@ -60,11 +82,14 @@ impl Suite {
         let root = root.or_else(|| std::env::var_os("HICACHE_TEST_ROOT").map(PathBuf::from));
         self.variants.push(Variant {
             name: name.into(),
-            root,
-            factory: Arc::new(factory),
-            name_limit: None,
-            cancel_ops: None,
-            memory: None,
+            setup: Setup {
+                root,
+                factory: Arc::new(factory),
+                name_limit: None,
+                cancel_ops: None,
+                concurrency_ops: None,
+                memory: None,
+            },
         });
         self
     }
@@ -74,7 +99,7 @@ impl Suite {
     /// the connector's host pools either way.
     pub fn memory(mut self, memory: Arc<dyn TestMemory>) -> Self {
         if let Some(v) = self.variants.last_mut() {
-            v.memory = Some(memory);
+            v.setup.memory = Some(memory);
         }
         self
     }
@@ -83,7 +108,7 @@ impl Suite {
     /// most `limit` bytes (a server that stores objects as files with long temporary names).
     pub fn name_limit(mut self, limit: usize) -> Self {
         if let Some(v) = self.variants.last_mut() {
-            v.name_limit = Some(limit);
+            v.setup.name_limit = Some(limit);
         }
         self
     }
@@ -94,7 +119,18 @@ impl Suite {
     /// when set, wins over this.
     pub fn cancel_ops(mut self, ops: u64) -> Self {
         if let Some(v) = self.variants.last_mut() {
-            v.cancel_ops = Some(ops.max(1));
+            v.setup.cancel_ops = Some(ops.max(1));
+        }
+        self
+    }
+
+    /// Sets the operations of the concurrency case (prefetch, backup and existence threads at
+    /// once) for the last added variant, for storage where every call is a round trip to a
+    /// slow test server: the three threads still race on the same keys, for fewer rounds.
+    /// `HICACHE_TEST_CONCURRENCY_OPS`, when set, wins over this.
+    pub fn concurrency_ops(mut self, ops: u64) -> Self {
+        if let Some(v) = self.variants.last_mut() {
+            v.setup.concurrency_ops = Some(ops.max(3));
         }
         self
     }
@@ -123,26 +159,14 @@ impl Suite {
                 } else {
                     format!("conformance::{}::{}", v.name, case.name)
                 };
-                let cancel_ops = v.cancel_ops;
-                let memory = v.memory.clone();
-                let (plugin, root, factory, runtime, case, name_limit) = (
-                    self.plugin.clone(),
-                    v.root.clone(),
-                    v.factory.clone(),
-                    runtime.clone(),
-                    *case,
-                    v.name_limit,
-                );
+                let (plugin, setup, runtime, case) =
+                    (self.plugin.clone(), v.setup.clone(), runtime.clone(), *case);
                 let report_time = std::env::var_os("HICACHE_TEST_TIMES").is_some();
                 trials.push(Trial::ignorable_test(name.clone(), move || {
                     let started = std::time::Instant::now();
-                    let mut env = TrialEnv::new(&plugin, root.as_deref(), factory)
+                    let env = setup
+                        .env(&plugin)
                         .map_err(|e| Failed::from(format!("cannot set up the trial: {e}")))?;
-                    env.name_limit = name_limit;
-                    env.cancel_ops = cancel_ops;
-                    if let Some(memory) = memory.clone() {
-                        env.set_memory(memory);
-                    }
                     let outcome = runtime.block_on((case.run)(&env));
                     if report_time {
                         // On stderr so it never mixes with the result lines test runners parse.
@@ -187,10 +211,10 @@ impl Suite {
             .iter()
             .find(|c| c.name == name)
             .unwrap_or_else(|| panic!("no case {name}"));
-        let mut env = TrialEnv::new(&self.plugin, v.root.as_deref(), v.factory.clone())
+        let env = v
+            .setup
+            .env(&self.plugin)
             .map_err(|e| CaseError::Failed(e.to_string()))?;
-        env.name_limit = v.name_limit;
-        env.cancel_ops = v.cancel_ops;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -247,4 +271,64 @@ pub fn broken_suite(bug: Bug) -> Suite {
             shared(env)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hicache_core::MemoryBackend;
+
+    fn memory_suite() -> Suite {
+        Suite::new("MEMORY").variant(
+            "memory",
+            None,
+            per_trial(|| Ok(Arc::new(MemoryBackend::new()) as DynBackend)),
+        )
+    }
+
+    /// The environment variables win over a variant's settings, so each check runs only
+    /// where its variable is unset (CI leaves them unset for this crate).
+    fn unset(var: &str) -> bool {
+        std::env::var_os(var).is_none()
+    }
+
+    #[test]
+    fn a_variants_settings_reach_each_fresh_environment() {
+        let suite = memory_suite()
+            .name_limit(100)
+            .cancel_ops(7)
+            .concurrency_ops(30);
+        let env = suite.variants[0].setup.env(&suite.plugin).unwrap();
+        assert_eq!(env.name_limit(), Some(100));
+        if unset("HICACHE_TEST_CANCEL_OPS") {
+            assert_eq!(env.cancel_ops(), 7);
+        }
+        if unset("HICACHE_TEST_CONCURRENCY_OPS") {
+            assert_eq!(env.concurrency_ops(), 30);
+        }
+    }
+
+    #[test]
+    fn without_settings_the_workloads_run_their_full_length() {
+        let suite = memory_suite();
+        let env = suite.variants[0].setup.env(&suite.plugin).unwrap();
+        assert_eq!(env.name_limit(), None);
+        if unset("HICACHE_TEST_CANCEL_OPS") {
+            assert_eq!(env.cancel_ops(), 1000);
+        }
+        if unset("HICACHE_TEST_CONCURRENCY_OPS") {
+            assert_eq!(env.concurrency_ops(), 10_000);
+        }
+    }
+
+    #[test]
+    fn settings_apply_to_the_last_added_variant_only() {
+        let suite = memory_suite().concurrency_ops(30).variant(
+            "second",
+            None,
+            per_trial(|| Ok(Arc::new(MemoryBackend::new()) as DynBackend)),
+        );
+        assert_eq!(suite.variants[0].setup.concurrency_ops, Some(30));
+        assert_eq!(suite.variants[1].setup.concurrency_ops, None);
+    }
 }

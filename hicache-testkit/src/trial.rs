@@ -62,6 +62,7 @@ pub struct TrialEnv {
     memory: Arc<dyn TestMemory>,
     pub(crate) name_limit: Option<usize>,
     pub(crate) cancel_ops: Option<u64>,
+    pub(crate) concurrency_ops: Option<u64>,
 }
 
 impl std::fmt::Debug for TrialEnv {
@@ -121,6 +122,7 @@ impl TrialEnv {
             memory: crate::memory::host(),
             name_limit: None,
             cancel_ops: None,
+            concurrency_ops: None,
         };
         env.capability = env.backend()?.info().capability;
         Ok(env)
@@ -152,6 +154,17 @@ impl TrialEnv {
             .and_then(|v| v.parse().ok())
             .or(self.cancel_ops)
             .unwrap_or(1000)
+    }
+
+    /// Operations of the concurrency case, spread over its three threads:
+    /// `HICACHE_TEST_CONCURRENCY_OPS` when set, else the variant's
+    /// [`Suite::concurrency_ops`](crate::Suite::concurrency_ops), else 10 000.
+    pub fn concurrency_ops(&self) -> u64 {
+        std::env::var("HICACHE_TEST_CONCURRENCY_OPS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .or(self.concurrency_ops)
+            .unwrap_or(10_000)
     }
 
     /// The plugin under test.

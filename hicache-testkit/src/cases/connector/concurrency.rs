@@ -11,7 +11,8 @@ use crate::{ensure, ensure_eq};
 
 use super::all_hits;
 
-/// B25/B26: prefetch (get), backup (set) and existence threads at once, 10k operations,
+/// B25/B26: prefetch (get), backup (set) and existence threads at once, 10k operations
+/// (fewer where the variant or the environment says: [`TrialEnv::concurrency_ops`]),
 /// overlapping keys; every hit has the right bytes.
 pub async fn connector_three_threads_10k_ops(env: &TrialEnv) -> CaseResult {
     let cache = Arc::new(env.default_connector()?);
@@ -23,10 +24,7 @@ pub async fn connector_three_threads_10k_ops(env: &TrialEnv) -> CaseResult {
     let expected: Vec<Vec<u8>> = (0..16)
         .map(|i| fill_page(&pool, i, 500 + i as u32))
         .collect();
-    let ops: u64 = std::env::var("HICACHE_TEST_CONCURRENCY_OPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
+    let ops = env.concurrency_ops();
     let per_thread = ops / 3;
     let handle = tokio::runtime::Handle::current();
     let threads: Vec<_> = (0..3u64)
