@@ -131,6 +131,15 @@ impl SdkClient {
         if let Some(e) = endpoint {
             b = b.endpoint_url(e);
         }
+        // The SDK's own HTTPS client, with ring as its rustls crypto (the SDK's default,
+        // aws-lc-rs, is a large C build that this crate leaves out).
+        b = b.http_client(
+            aws_smithy_http_client::Builder::new()
+                .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+                    aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+                ))
+                .build_https(),
+        );
         match (access_key, secret_key) {
             (Some(a), Some(s)) => {
                 b = b.credentials_provider(Credentials::new(a, s, session_token.clone(), None, "hicache-config"));
@@ -421,5 +430,55 @@ impl ObjectClient for SdkObjects {
             .delete(path.as_ref())
             .await
             .map_err(|e| sdk_error("delete", key, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    use super::SdkClient;
+    use crate::config::{ObjConfig, Target};
+
+    /// The SDK client built with ring speaks TLS to an https endpoint, and a server that
+    /// answers garbage is an error, not a panic.
+    #[test]
+    fn https_requests_speak_tls_through_ring() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut first = [0u8; 3];
+            conn.read_exact(&mut first).unwrap();
+            let _ = conn.write_all(b"HTTP/1.1 400 not tls\r\n\r\n");
+            first
+        });
+
+        let mut cfg = ObjConfig::s3("bucket", Some(format!("https://127.0.0.1:{port}")));
+        if let Target::S3 {
+            access_key,
+            secret_key,
+            ..
+        } = &mut cfg.target
+        {
+            *access_key = Some("id".into());
+            *secret_key = Some("secret".into());
+        }
+        cfg.retries = 0;
+        cfg.request_timeout = std::time::Duration::from_secs(5);
+        let client = SdkClient::new(&cfg).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let result = runtime.block_on(client.exists("page"));
+        assert!(result.is_err(), "{result:?}");
+        // Had the client never connected, this empty connection ends the server's wait,
+        // and its read fails the test instead of hanging it.
+        drop(std::net::TcpStream::connect(("127.0.0.1", port)));
+        // A TLS record of type handshake (0x16), TLS 1.x (0x03 ..): a ClientHello.
+        let first = server.join().unwrap();
+        assert_eq!(&first[..2], &[0x16, 0x03], "{first:?}");
     }
 }
