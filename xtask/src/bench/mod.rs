@@ -145,6 +145,16 @@ impl Run {
             .arg("--json");
         c
     }
+
+    /// `hicache bench --baseline <baseline>`: one of the raw loops, at the pages hicache
+    /// and NIXL have in flight ([`RAW_THREADS`]), for [`ROUNDS`] rounds.
+    fn raw_loop(&self, dir: &Path, baseline: &str, page_bytes: u64, pages: u64) -> Command {
+        let mut c = self.hicache(dir, page_bytes, pages, BATCH);
+        c.args(["--baseline", baseline])
+            .args(["--threads", &RAW_THREADS.to_string()])
+            .args(["--rounds", &ROUNDS.to_string()]);
+        c
+    }
 }
 
 /// Samples of one figure per contender.
@@ -317,14 +327,7 @@ fn transfer_case(
             ("raw", &mut raw_loop, &mut req_r),
             ("raw-publish", &mut raw_publish, &mut req_p),
         ] {
-            let mut c = run.hicache(&fs.dir, page_bytes, pages, BATCH);
-            c.args([
-                "--baseline",
-                baseline,
-                "--threads",
-                &RAW_THREADS.to_string(),
-            ]);
-            c.args(["--rounds", &ROUNDS.to_string()]);
+            let mut c = run.raw_loop(&fs.dir, baseline, page_bytes, pages);
             let r = req
                 .around(device, || run_json(&mut c))
                 .map_err(|e| format!("{name}: {baseline} baseline: {e}"))?;
@@ -335,9 +338,7 @@ fn transfer_case(
         // The raw loop again, its files as long as hicache's objects (the envelope's header
         // and padding included), when they are longer than the page.
         if let Some(object) = stored.filter(|&b| b > page_bytes) {
-            let mut c = run.hicache(&fs.dir, object, pages, BATCH);
-            c.args(["--baseline", "raw", "--threads", &RAW_THREADS.to_string()]);
-            c.args(["--rounds", &ROUNDS.to_string()]);
+            let mut c = run.raw_loop(&fs.dir, "raw", object, pages);
             let r = req_s
                 .around(device, || run_json(&mut c))
                 .map_err(|e| format!("{name}: raw baseline at {object} bytes a page: {e}"))?;
