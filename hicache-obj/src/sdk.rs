@@ -435,27 +435,16 @@ impl ObjectClient for SdkObjects {
 
 #[cfg(test)]
 mod tests {
-    use std::io::{Read, Write};
-    use std::net::TcpListener;
-
     use super::SdkClient;
     use crate::config::{ObjConfig, Target};
+    use crate::tls::FirstBytes;
 
     /// The SDK client built with ring speaks TLS to an https endpoint, and a server that
     /// answers garbage is an error, not a panic.
     #[test]
     fn https_requests_speak_tls_through_ring() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let server = std::thread::spawn(move || {
-            let (mut conn, _) = listener.accept().unwrap();
-            let mut first = [0u8; 3];
-            conn.read_exact(&mut first).unwrap();
-            let _ = conn.write_all(b"HTTP/1.1 400 not tls\r\n\r\n");
-            first
-        });
-
-        let mut cfg = ObjConfig::s3("bucket", Some(format!("https://127.0.0.1:{port}")));
+        let server = FirstBytes::listen();
+        let mut cfg = ObjConfig::s3("bucket", Some(server.endpoint()));
         if let Target::S3 {
             access_key,
             secret_key,
@@ -474,11 +463,6 @@ mod tests {
             .unwrap();
         let result = runtime.block_on(client.exists("page"));
         assert!(result.is_err(), "{result:?}");
-        // Had the client never connected, this empty connection ends the server's wait,
-        // and its read fails the test instead of hanging it.
-        drop(std::net::TcpStream::connect(("127.0.0.1", port)));
-        // A TLS record of type handshake (0x16), TLS 1.x (0x03 ..): a ClientHello.
-        let first = server.join().unwrap();
-        assert_eq!(&first[..2], &[0x16, 0x03], "{first:?}");
+        server.assert_client_hello();
     }
 }

@@ -149,22 +149,14 @@ impl TrialEnv {
     /// pending, when at least 1 call in 10 is): `HICACHE_TEST_CANCEL_OPS` when set, else the
     /// variant's [`Suite::cancel_ops`](crate::Suite::cancel_ops), else 1000.
     pub fn cancel_ops(&self) -> u64 {
-        std::env::var("HICACHE_TEST_CANCEL_OPS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .or(self.cancel_ops)
-            .unwrap_or(1000)
+        workload_length("HICACHE_TEST_CANCEL_OPS", self.cancel_ops, 1000)
     }
 
     /// Operations of the concurrency case, spread over its three threads:
     /// `HICACHE_TEST_CONCURRENCY_OPS` when set, else the variant's
     /// [`Suite::concurrency_ops`](crate::Suite::concurrency_ops), else 10 000.
     pub fn concurrency_ops(&self) -> u64 {
-        std::env::var("HICACHE_TEST_CONCURRENCY_OPS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .or(self.concurrency_ops)
-            .unwrap_or(10_000)
+        workload_length("HICACHE_TEST_CONCURRENCY_OPS", self.concurrency_ops, 10_000)
     }
 
     /// The plugin under test.
@@ -251,6 +243,16 @@ pub fn open_probed(
         });
     }
     plugin.build(&ctx.with_findings(probe.findings()))
+}
+
+/// A workload's length: the environment variable `var` when it holds a number, else the
+/// variant's setting, else `default`.
+fn workload_length(var: &str, variant: Option<u64>, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .or(variant)
+        .unwrap_or(default)
 }
 
 /// Backends built so far, one per trial dir.
