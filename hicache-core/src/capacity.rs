@@ -101,20 +101,14 @@ impl CleanerSettings {
     /// The largest of these wins.
     pub fn need(&self, space: DirSpace) -> u64 {
         let share = |pct: f64, of: u64| (of as f64 * pct / 100.0) as u64;
-        let mut need = match self.max_bytes {
-            Some(max) if space.objects >= share(self.high_watermark, max) => {
-                space.objects.saturating_sub(share(self.low_watermark, max))
-            }
-            Some(_) => 0,
+        let at_high = match self.max_bytes {
+            Some(max) => space.objects >= share(self.high_watermark, max),
             None => {
                 let used = space.total.saturating_sub(space.available);
-                if space.total > 0 && used >= share(self.high_watermark, space.total) {
-                    used.saturating_sub(share(self.low_watermark, space.total))
-                } else {
-                    0
-                }
+                space.total > 0 && used >= share(self.high_watermark, space.total)
             }
         };
+        let mut need = if at_high { self.above_low(space) } else { 0 };
         if let Some(min_free) = self.min_free_bytes
             && space.available < min_free
         {
@@ -122,6 +116,21 @@ impl CleanerSettings {
             need = need.max((min_free + band).saturating_sub(space.available));
         }
         need
+    }
+
+    /// Bytes above the low watermark (of the budget, or of the filesystem without one),
+    /// whether or not the dir reached its high watermark: what a cleaner still owes a dir
+    /// whose last pass stopped at pages used within `min_age` before it got there.
+    pub fn above_low(&self, space: DirSpace) -> u64 {
+        let share = |pct: f64, of: u64| (of as f64 * pct / 100.0) as u64;
+        match self.max_bytes {
+            Some(max) => space.objects.saturating_sub(share(self.low_watermark, max)),
+            None if space.total > 0 => {
+                let used = space.total.saturating_sub(space.available);
+                used.saturating_sub(share(self.low_watermark, space.total))
+            }
+            None => 0,
+        }
     }
 }
 
@@ -214,6 +223,32 @@ mod tests {
             0,
             "an unknown size needs nothing"
         );
+    }
+
+    #[test]
+    fn above_low_counts_from_the_low_watermark_even_under_the_high_one() {
+        let s = settings();
+        let fs = |used: u64| DirSpace {
+            total: 1000,
+            available: 1000 - used,
+            objects: 0,
+        };
+        // The defaults: 80 % and 70 %.
+        assert_eq!(s.above_low(fs(750)), 50, "between the watermarks");
+        assert_eq!(s.above_low(fs(700)), 0);
+        assert_eq!(s.above_low(fs(400)), 0);
+        assert_eq!(s.above_low(DirSpace::default()), 0, "an unknown size");
+        let budget = CleanerSettings {
+            max_bytes: Some(1000),
+            ..settings()
+        };
+        let objects = |objects: u64| DirSpace {
+            total: 10_000,
+            available: 10,
+            objects,
+        };
+        assert_eq!(budget.above_low(objects(750)), 50);
+        assert_eq!(budget.above_low(objects(100)), 0);
     }
 
     #[test]

@@ -16,6 +16,9 @@
 //!   ([`page_group`](hicache_core::capacity::page_group)), least recently used page first;
 //!   each group is removed whole (its `_k`/`_v` halves too, even in a dir that is not at
 //!   its limit), until every dir this cleaner holds is back at its low watermark.
+//! - **A pass cut short.** The order is by last use, so a pass stops at the first page used
+//!   within `min_age`. A dir it left above its low watermark is owed: the next passes take it
+//!   down to that watermark as those pages age, even under the high watermark.
 //! - **What is never removed.** Anything but a regular file with an object's name in a
 //!   bucket dir (temporary and spare files start with `.`; links, dirs and the root's own
 //!   files are not looked at); a page used within `min_age`; a page whose read this
@@ -241,6 +244,7 @@ impl Cleaner {
             plugin,
             locks: roots.iter().map(|_| None).collect(),
             warned: vec![false; roots.len()],
+            owed: vec![false; roots.len()],
             roots,
             paths,
             settings,
@@ -330,6 +334,10 @@ struct Worker {
     locks: Vec<Option<(Flock<OwnedFd>, CleanerRecord)>>,
     /// Whether a dir's lock file could not be opened was logged already.
     warned: Vec<bool>,
+    /// Dirs whose last pass stopped at pages used within `min_age` above their low
+    /// watermark: later passes take them down to it as those pages age, even under the high
+    /// watermark (a dir that crossed it comes back to the low one, not just under the high).
+    owed: Vec<bool>,
     owner: String,
     taken: Vec<(usize, ObjectKey)>,
 }
@@ -352,6 +360,10 @@ impl Worker {
         let held: Vec<usize> = (0..self.roots.len())
             .filter(|&r| self.locks[r].is_some())
             .collect();
+        // A dir another process cleans now owes this one nothing.
+        for (owed, lock) in self.owed.iter_mut().zip(&self.locks) {
+            *owed &= lock.is_some();
+        }
         if held.is_empty() {
             // Another process cleans every dir: writes here cannot wake it.
             self.shared.trigger.store(0, Ordering::Relaxed);
@@ -376,11 +388,15 @@ impl Worker {
                     let capacity = self.settings.max_bytes.unwrap_or(total);
                     trigger = trigger.min(self.settings.early_pass_after(capacity));
                     let objects = scan.as_ref().map_or(0, |s| s.bytes[r]);
-                    need[r] = self.settings.need(DirSpace {
+                    let space = DirSpace {
                         total,
                         available,
                         objects,
-                    });
+                    };
+                    need[r] = self.settings.need(space);
+                    if need[r] == 0 && self.owed[r] {
+                        need[r] = self.settings.above_low(space);
+                    }
                 }
                 Err(e) => errors[r] = Some(format!("statvfs: {e}")),
             }
@@ -406,6 +422,9 @@ impl Worker {
                 let order = eviction_order(scan.candidates);
                 self.evict(order, &held, &mut need, &mut passes);
             }
+        }
+        for (i, &r) in held.iter().enumerate() {
+            self.owed[r] = need[r] > 0 && passes[i].stopped_at_recent;
         }
         let took = started.elapsed();
         let ms = took.as_millis() as u64;
