@@ -100,14 +100,9 @@ impl CleanerSettings {
     ///
     /// The largest of these wins.
     pub fn need(&self, space: DirSpace) -> u64 {
-        let share = |pct: f64, of: u64| (of as f64 * pct / 100.0) as u64;
-        let at_high = match self.max_bytes {
-            Some(max) => space.objects >= share(self.high_watermark, max),
-            None => {
-                let used = space.total.saturating_sub(space.available);
-                space.total > 0 && used >= share(self.high_watermark, space.total)
-            }
-        };
+        let at_high = self
+            .fill(space)
+            .is_some_and(|(level, of)| level >= share(self.high_watermark, of));
         let mut need = if at_high { self.above_low(space) } else { 0 };
         if let Some(min_free) = self.min_free_bytes
             && space.available < min_free
@@ -122,16 +117,27 @@ impl CleanerSettings {
     /// whether or not the dir reached its high watermark: what a cleaner still owes a dir
     /// whose last pass stopped at pages used within `min_age` before it got there.
     pub fn above_low(&self, space: DirSpace) -> u64 {
-        let share = |pct: f64, of: u64| (of as f64 * pct / 100.0) as u64;
+        self.fill(space).map_or(0, |(level, of)| {
+            level.saturating_sub(share(self.low_watermark, of))
+        })
+    }
+
+    /// What the watermarks are measured on: the dir's objects against the budget, or
+    /// without one the filesystem's used bytes against its size (None when that is unknown).
+    fn fill(&self, space: DirSpace) -> Option<(u64, u64)> {
         match self.max_bytes {
-            Some(max) => space.objects.saturating_sub(share(self.low_watermark, max)),
+            Some(max) => Some((space.objects, max)),
             None if space.total > 0 => {
-                let used = space.total.saturating_sub(space.available);
-                used.saturating_sub(share(self.low_watermark, space.total))
+                Some((space.total.saturating_sub(space.available), space.total))
             }
-            None => 0,
+            None => None,
         }
     }
+}
+
+/// `pct` % of `of` bytes.
+fn share(pct: f64, of: u64) -> u64 {
+    (of as f64 * pct / 100.0) as u64
 }
 
 /// The page an object belongs to: its name without SGLang's `_k`/`_v` half suffix. Every
@@ -238,6 +244,17 @@ mod tests {
         assert_eq!(s.above_low(fs(700)), 0);
         assert_eq!(s.above_low(fs(400)), 0);
         assert_eq!(s.above_low(DirSpace::default()), 0, "an unknown size");
+        let impossible = DirSpace {
+            total: 1000,
+            available: 5000,
+            objects: 0,
+        };
+        assert_eq!(
+            s.above_low(impossible),
+            0,
+            "more free than the filesystem's size"
+        );
+        assert_eq!(s.need(impossible), 0);
         let budget = CleanerSettings {
             max_bytes: Some(1000),
             ..settings()
